@@ -1,0 +1,342 @@
+# Copyright: quickmap contributors
+# Apache-2.0
+"""Parse NCCL_DEBUG=INFO lines from a server log and judge which network transport NCCL chose.
+
+Pure code (no I/O): the ``nccl_transport`` module reads the files and feeds lines in, so the same
+parser serves unit tests, the module's polling loop and any controller-side tool. The regexes follow
+the NCCL source from 2.18 to HEAD (see shared/reference/engine-surfaces.md section 3): the line
+prefix, ``NET/IB : Using [i]dev:port/LL ; OOB if:addr<port>``, ``NET/IB : No device found.``,
+``NET/Socket : Using [i]if:addr<port>``, ``Using network X`` and the channel lines.
+
+The verdict is fail-closed: anything other than a positive proof (NET/IB on exactly the expected HCAs
+and ``Using network IB``) is either "pending" (maybe more lines will come) or a failure naming the rule.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- Line grammar (NCCL src/debug.cc, net_ib, net_socket, init.cc, net.cc) -------------------------
+
+# Not anchored at the start: NCCL writes with fprintf and other processes may glue text in front of it.
+NCCL_PREFIX = re.compile(
+    r"(?:\[(?P<ts>[^\]]+)\] )?(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?:(?P<src>\S+:\d+)(?: \([^)]*\))? )?NCCL (?P<lvl>INFO|WARN|TRACE|CALL) ?(?P<msg>.*)$"
+)
+NCCL_VERSION = re.compile(r"NCCL version (?P<ver>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>\d+\.\d+)")
+NET_IB_USING = re.compile(
+    r"NET/IB ?: Using(?P<devs>.*?)\s*(?P<ro>\[RO\])?; "
+    r"OOB (?P<oobif>[^\s:]+):(?P<oobaddr>\S+)<(?P<oobport>\d+)>\s*$"
+)
+NET_IB_DEV = re.compile(
+    r"\[(?P<idx>\d+)\] ?(?P<dev>[A-Za-z0-9_.\-]+):(?P<port>\d+)(?::(?P<rail>\d*))?(?::(?P<plane>\d+))?"
+    r"/(?P<ll>IB|RoCE|UNSPECIFIED)"
+)
+NET_IB_NONE = re.compile(r"NET/IB ?: No device found\.")
+NET_SOCKET = re.compile(r"NET/Socket ?: Using(?P<devs>(?: \[\d+\][^\s:]+:\S+<\d+>)+)\s*$")
+NET_SOCKET_THREADS = re.compile(r"NET/Socket ?: Using \d+ threads")
+SOCKET_DEV = re.compile(r"\[(?P<idx>\d+)\](?P<ifname>[^\s:]+):(?P<addr>\S+?)<(?P<port>\d+)>")
+USING_NET = re.compile(r"^\s*Using network (?P<net>.+?)\s*$")  # applied to the message after "NCCL INFO"
+BOOTSTRAP = re.compile(r"Bootstrap ?: Using (?P<ifname>[^\s:]+):(?P<addr>\S+)<(?P<port>\d+)>")
+NET_CHANNEL = re.compile(
+    r"Channel (?P<ch>\d+)/(?P<conn>\d+) : (?P<src>\d+)\[(?P<srcdev>[0-9a-f]+)\] -> (?P<dst>\d+)"
+    r"\[(?P<dstdev>[0-9a-f]+)\] \[(?P<dir>send|receive)\] via NET/(?P<net>[^/]+)/(?P<netdev>\d+)"
+    r"(?:\((?P<proxy>\d+)\))?(?P<gdr>/GDRDMA)?(?P<pci>\(PCI\))?(?P<shared>/Shared)?\s*$"
+)
+# Lines worth keeping as evidence even though they do not decide the verdict.
+_EVIDENCE = re.compile(
+    r"NCCL version|NCCL_IB_HCA|NCCL_SOCKET_IFNAME|NCCL_NET|NET/|Using network|Bootstrap ?:"
+)
+
+HCA_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+MAX_EVIDENCE_LINES = 200  # lines that decide the verdict (NET/IB, NET/Socket, Using network, WARN)
+MAX_CONTEXT_LINES = 50  # other network lines kept for context (version, env, plugin, first channels)
+MAX_LINE_CHARS = 500
+
+RULE = "NCCL must use NET/IB on every expected HCA (and nothing else) with 'Using network IB'"
+
+
+class HcaSpecError(ValueError):
+    """An expected-HCA entry that cannot be an HCA name (message names the value and the rule)."""
+
+
+def parse_hca_specs(values: list[str] | str | None) -> list[dict]:
+    """Normalise expected HCAs: ``[mlx5_0, mlx5_3:1]`` or an NCCL_IB_HCA string ``=mlx5_0:1,mlx5_3:1``.
+
+    Returns ``[{"name": "mlx5_0", "port": None | int}, ...]`` (port None = any port). A leading ``=``
+    (exact match) is accepted because it is how inventories write NCCL_IB_HCA; a ``^`` exclusion list
+    is refused: it says what must NOT be used, which cannot prove the expected rails are in use.
+    """
+    if values is None:
+        return []
+    items = [values] if isinstance(values, str) else list(values)
+    specs: list[dict] = []
+    seen: set[tuple[str, int | None]] = set()
+    for item in items:
+        text = str(item).strip()
+        if text.startswith("^"):
+            raise HcaSpecError(
+                f"expected_hcas entry {text!r} is an exclusion list ('^'); "
+                "rule: list the HCAs that must be used"
+            )
+        text = text.lstrip("=")
+        for raw in text.split(","):
+            entry = raw.strip()
+            if not entry:
+                continue
+            parts = entry.split(":")
+            name = parts[0]
+            port: int | None = None
+            if not HCA_NAME.match(name) or len(parts) > 4:
+                raise HcaSpecError(
+                    f"expected_hcas entry {entry!r} is not an HCA like mlx5_0 or mlx5_0:1 "
+                    "(rule: name[:port], letters/digits/_.-)"
+                )
+            if len(parts) >= 2 and parts[1] != "":
+                if not parts[1].isdigit():
+                    raise HcaSpecError(
+                        f"expected_hcas entry {entry!r} has port {parts[1]!r}; rule: the port is an integer"
+                    )
+                port = int(parts[1])
+            key = (name, port)
+            if key not in seen:
+                seen.add(key)
+                specs.append({"name": name, "port": port})
+    return specs
+
+
+def format_hca(spec: dict) -> str:
+    """``{"name": "mlx5_0", "port": 1}`` -> ``mlx5_0:1`` (port omitted when None)."""
+    return spec["name"] if spec.get("port") is None else f"{spec['name']}:{spec['port']}"
+
+
+def _matches(spec: dict, dev: dict) -> bool:
+    return spec["name"] == dev["name"] and (spec["port"] is None or spec["port"] == dev["port"])
+
+
+def parse_line(line: str) -> dict | None:
+    """Split one NCCL log line into prefix fields and message; None for a non-NCCL line."""
+    m = NCCL_PREFIX.search(line.rstrip("\r\n"))
+    if not m:
+        return None
+    return {
+        "host": m.group("host"),
+        "pid": int(m.group("pid")),
+        "level": m.group("lvl"),
+        "msg": m.group("msg"),
+        "proc": f"{m.group('host')}:{m.group('pid')}",
+    }
+
+
+def parse_ib_devices(devs: str) -> list[dict]:
+    """Device tokens of a ``NET/IB : Using`` line -> ``[{"idx", "name", "port", "link"}]``."""
+    return [
+        {
+            "idx": int(d.group("idx")),
+            "name": d.group("dev"),
+            "port": int(d.group("port")),
+            "link": d.group("ll"),
+        }
+        for d in NET_IB_DEV.finditer(devs)
+    ]
+
+
+class NcclLogFacts:
+    """Accumulates what one log says about NCCL's network, line by line (no I/O, no verdict)."""
+
+    def __init__(self) -> None:
+        self.nccl_lines = 0
+        self.versions: list[str] = []
+        self.ib_lines: list[dict] = []  # {proc, devices, oob_if, oob_addr, line}
+        self.ib_none: list[str] = []  # raw lines
+        self.socket_lines: list[str] = []
+        self.nets: dict[str, str] = {}  # proc -> last "Using network" name
+        self.net_lines: list[tuple[str, str]] = []  # (net name, raw line)
+        self.channel_nets: set[str] = set()
+        self.gdr = False
+        self.bootstrap_ifs: list[str] = []
+        self.warnings: list[str] = []
+        self.evidence: list[str] = []
+        self.evidence_dropped = 0
+        self._seen_evidence: set[str] = set()
+        self._kept = {True: 0, False: 0}
+
+    def _keep(self, line: str, decisive: bool) -> None:
+        """Keep a line as evidence; deciding lines have their own budget so context cannot crowd them out."""
+        text = line.rstrip("\r\n")[:MAX_LINE_CHARS]
+        if text in self._seen_evidence:
+            return
+        if self._kept[decisive] >= (MAX_EVIDENCE_LINES if decisive else MAX_CONTEXT_LINES):
+            self.evidence_dropped += 1
+            return
+        self._kept[decisive] += 1
+        self._seen_evidence.add(text)
+        self.evidence.append(text)
+
+    def feed(self, line: str) -> None:
+        """Take one raw log line (with or without its newline)."""
+        rec = parse_line(line)
+        if rec is None:
+            return
+        self.nccl_lines += 1
+        msg = rec["msg"]
+        keep = False
+        if rec["level"] == "WARN" and ("NET/" in msg or "IB" in msg or "Socket" in msg):
+            self.warnings.append(line.rstrip("\r\n")[:MAX_LINE_CHARS])
+            keep = True
+        m = NCCL_VERSION.search(msg)
+        if m and m.group("ver") not in self.versions:
+            self.versions.append(m.group("ver"))
+        if NET_IB_NONE.search(msg):
+            self.ib_none.append(line.rstrip("\r\n")[:MAX_LINE_CHARS])
+            keep = True
+        m = NET_IB_USING.search(msg)
+        if m:
+            self.ib_lines.append(
+                {
+                    "proc": rec["proc"],
+                    "devices": parse_ib_devices(m.group("devs")),
+                    "oob_if": m.group("oobif"),
+                    "oob_addr": m.group("oobaddr"),
+                    "line": line.rstrip("\r\n")[:MAX_LINE_CHARS],
+                }
+            )
+            keep = True
+        if NET_SOCKET.search(msg) or NET_SOCKET_THREADS.search(msg):
+            self.socket_lines.append(line.rstrip("\r\n")[:MAX_LINE_CHARS])
+            keep = True
+        m = USING_NET.search(msg)
+        if m:
+            self.nets[rec["proc"]] = m.group("net")
+            self.net_lines.append((m.group("net"), line.rstrip("\r\n")[:MAX_LINE_CHARS]))
+            keep = True
+        m = BOOTSTRAP.search(msg)
+        if m and m.group("ifname") not in self.bootstrap_ifs:
+            self.bootstrap_ifs.append(m.group("ifname"))
+        m = NET_CHANNEL.search(msg)
+        if m:
+            self.channel_nets.add(m.group("net"))
+            if m.group("gdr"):
+                self.gdr = True
+        if keep or _EVIDENCE.search(msg):
+            self._keep(line, decisive=keep)
+
+    def feed_text(self, text: str) -> None:
+        """Feed a whole log text (tests and one-shot reads)."""
+        for line in text.splitlines():
+            self.feed(line)
+
+    # --- summaries ---------------------------------------------------------------------------------
+
+    def hcas_used(self) -> list[str]:
+        """Union of ``name:port`` over every NET/IB Using line, in first-seen order."""
+        out: list[str] = []
+        for ib in self.ib_lines:
+            for d in ib["devices"]:
+                key = f"{d['name']}:{d['port']}"
+                if key not in out:
+                    out.append(key)
+        return out
+
+    def oob_ifs(self) -> list[str]:
+        out: list[str] = []
+        for ib in self.ib_lines:
+            if ib["oob_if"] not in out:
+                out.append(ib["oob_if"])
+        return out
+
+    def socket_evidence(self) -> list[str]:
+        """Every sign of a socket fallback: NET/Socket lines, 'Using network Socket', NET/Socket channels."""
+        out = list(self.socket_lines)
+        out += [ln for net, ln in self.net_lines if net == "Socket"]
+        if "Socket" in self.channel_nets:
+            out.append("channel lines go 'via NET/Socket'")
+        return out
+
+    def transport(self) -> str:
+        """ib | socket | none — socket wins over ib because a partial fallback is still a fallback."""
+        if self.socket_evidence():
+            return "socket"
+        if any(ib["devices"] for ib in self.ib_lines) or any(n.startswith("IB") for n in self.nets.values()):
+            return "ib"
+        return "none"
+
+
+def judge(facts: NcclLogFacts, expected: list[dict], require: str = "ib", min_processes: int = 1) -> dict:
+    """Decide one log: ``{"state": "pass"|"fail"|"pending", "problems": [...], "pending": [...]}``.
+
+    "fail" means a fail-closed line was seen (no more lines can rescue it); "pending" lists what is
+    still missing (the caller keeps polling until its timeout, then treats pending as failure).
+    """
+    problems: list[str] = []
+    pending: list[str] = []
+    if require == "ib":
+        for line in facts.ib_none:
+            problems.append(f"'NET/IB : No device found.' (no usable HCA): {line.strip()}")
+        for ev in facts.socket_evidence():
+            problems.append(f"socket fallback: {ev.strip()}")
+        names = [format_hca(s) for s in expected]
+        for ib in facts.ib_lines:
+            devs = ib["devices"]
+            if not devs:
+                problems.append(f"NET/IB line lists no devices: {ib['line'].strip()}")
+                continue
+            for d in devs:
+                if expected and not any(_matches(s, d) for s in expected):
+                    problems.append(
+                        f"NET/IB uses {d['name']}:{d['port']} which is not an expected HCA "
+                        f"(expected {', '.join(names)}) in: {ib['line'].strip()}"
+                    )
+            for s in expected:
+                if not any(_matches(s, d) for d in devs):
+                    problems.append(
+                        f"expected HCA {format_hca(s)} missing from NET/IB line: {ib['line'].strip()}"
+                    )
+        for proc, net in facts.nets.items():
+            if net != "Socket" and not net.startswith("IB"):  # Socket is already reported as a fallback
+                problems.append(f"process {proc} reports 'Using network {net}' (not IB)")
+        if facts.nccl_lines == 0:
+            pending.append("no NCCL line (is NCCL_DEBUG=INFO set for the server?)")
+        elif not facts.ib_lines and not problems:
+            pending.append("no 'NET/IB : Using' line")
+        ib_procs = [p for p, n in facts.nets.items() if n.startswith("IB")]
+        if not problems and len(ib_procs) < max(1, min_processes):
+            pending.append(
+                f"{len(ib_procs)} process(es) report 'Using network IB', need {max(1, min_processes)}"
+                if ib_procs
+                else "no 'Using network IB' line"
+            )
+    else:
+        want = {"socket": "Socket", "any": None}[require]
+        for proc, net in facts.nets.items():
+            if want is not None and net != want:
+                problems.append(f"process {proc} reports 'Using network {net}', required {want}")
+        if facts.nccl_lines == 0:
+            pending.append("no NCCL line (is NCCL_DEBUG=INFO set for the server?)")
+        elif len(facts.nets) < max(1, min_processes):
+            pending.append(
+                f"{len(facts.nets)} process(es) report 'Using network', need {max(1, min_processes)}"
+            )
+    state = "fail" if problems else ("pending" if pending else "pass")
+    return {"state": state, "problems": problems, "pending": pending}
+
+
+def summarize(facts: NcclLogFacts) -> dict:
+    """What a log showed, for the module result and the saved verdict (JSON-ready)."""
+    oob = facts.oob_ifs()
+    return {
+        "transport": facts.transport(),
+        "net": sorted(set(facts.nets.values())),
+        "hcas": facts.hcas_used(),
+        "oob_if": oob[0] if oob else None,
+        "oob_ifs": oob,
+        "bootstrap_ifs": list(facts.bootstrap_ifs),
+        "gdr": facts.gdr,
+        "nccl_version": facts.versions[0] if facts.versions else None,
+        "nccl_lines": facts.nccl_lines,
+        "processes": len(facts.nets),
+        "lines": list(facts.evidence),
+        "lines_dropped": facts.evidence_dropped,
+        "warnings": list(facts.warnings),
+    }
