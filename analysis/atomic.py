@@ -1,0 +1,64 @@
+"""Atomic file writes: a temp file in the destination directory, fsync, then ``os.replace``.
+
+A reader (or a resumed playbook) therefore sees either the old file or the new one, never a torn
+one; if anything fails before the rename the temp file is removed and the old file is untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from analysis.errors import InputError
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (creating parent directories)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Atomic text write (UTF-8)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Atomic JSON write, indented so humans can read meta/manifest files."""
+    write_bytes(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+
+
+def read_json_object(path: str | Path, missing_ok: bool = True) -> dict[str, Any]:
+    """Read a JSON object file (meta.json, manifest.json); ``{}`` when missing and allowed."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return {}
+        raise InputError(path, None, "file not found") from None
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read ({exc.strerror})") from None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise InputError(path, None, f"expected a JSON object, got {type(obj).__name__}")
+    return obj

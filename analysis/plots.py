@@ -1,0 +1,185 @@
+"""PNG plots for the report (matplotlib, Agg backend, each file written atomically)."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis import atomic
+from analysis.discover import Entry
+from analysis.readers import BenchData
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    _plt().close(fig)
+    atomic.write_bytes(path, buf.getvalue())
+
+
+def _agg_lookup(agg: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, dict[str, Any]]]:
+    out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for a in agg:
+        out.setdefault((a["suite"], a["case_id"], a["role"]), {})[a["metric"]] = a
+    return out
+
+
+def _label(key: tuple[str, str, str], m: dict[str, Any]) -> str:
+    _suite, case_id, role = key
+    name = f"{case_id}/{role}" if role and role not in case_id else case_id
+    return f"{name} (ISL {m.get('isl')}, OSL {m.get('osl')}, C {m.get('concurrency')}, n={m.get('n_reps')})"
+
+
+def _bars(
+    ax: Any, labels: list[str], items: list[dict[str, Any] | None], xlabel: str, log: bool = False
+) -> None:
+    y = np.arange(len(labels))
+    means = np.array([i["mean"] if i else math.nan for i in items], dtype=float)
+    lo = np.array([i["ci95_low"] if i else math.nan for i in items], dtype=float)
+    hi = np.array([i["ci95_high"] if i else math.nan for i in items], dtype=float)
+    err = np.vstack([np.where(np.isfinite(lo), means - lo, 0), np.where(np.isfinite(hi), hi - means, 0)])
+    ax.barh(y, np.nan_to_num(means), xerr=err, color="#4C72B0", ecolor="black", capsize=2)
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    if log and np.nanmax(np.where(means > 0, means, np.nan), initial=0) > 0:
+        ax.set_xscale("log")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def plot_throughput(path: Path, agg: list[dict[str, Any]]) -> bool:
+    lookup = _agg_lookup(agg)
+    keys = [k for k, v in lookup.items() if "output_throughput" in v]
+    if not keys:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 1.5 + 0.28 * len(keys)))
+    labels = [_label(k, lookup[k]["output_throughput"]) for k in keys]
+    _bars(
+        ax,
+        labels,
+        [lookup[k]["output_throughput"] for k in keys],
+        "output throughput (tok/s), mean of reps, 95% CI",
+    )
+    ax.set_title("Output token throughput per case")
+    _save(fig, path)
+    return True
+
+
+def plot_latency(path: Path, agg: list[dict[str, Any]]) -> bool:
+    lookup = _agg_lookup(agg)
+    keys = [k for k, v in lookup.items() if "ttft_p95_ms" in v or "tpot_p95_ms" in v]
+    if not keys:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 1.5 + 0.28 * len(keys)), sharey=True)
+    labels = [_label(k, next(iter(lookup[k].values()))) for k in keys]
+    _bars(
+        axes[0],
+        labels,
+        [lookup[k].get("ttft_p95_ms") for k in keys],
+        "TTFT p95 (ms), mean of reps, 95% CI",
+        log=True,
+    )
+    _bars(
+        axes[1], labels, [lookup[k].get("tpot_p95_ms") for k in keys], "TPOT p95 (ms), mean of reps, 95% CI"
+    )
+    axes[0].set_title("TTFT p95 per case")
+    axes[1].set_title("TPOT p95 per case")
+    _save(fig, path)
+    return True
+
+
+def plot_ab(path: Path, ab: list[dict[str, Any]]) -> bool:
+    if not ab:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    labels = [f"{r['metric']}\n({r['statistic']})" for r in ab]
+    ch = np.array([r["change_pct"] for r in ab], dtype=float)
+    lo = np.array([r["ci95_low"] for r in ab], dtype=float)
+    hi = np.array([r["ci95_high"] for r in ab], dtype=float)
+    err = np.vstack([np.where(np.isfinite(lo), ch - lo, 0), np.where(np.isfinite(hi), hi - ch, 0)])
+    err = np.clip(np.nan_to_num(err), 0, None)
+    colors = ["#C44E52" if r["verdict"] == "outside noise" else "#8C8C8C" for r in ab]
+    ax.bar(labels, np.nan_to_num(ch), yerr=err, color=colors, capsize=4)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_ylabel("change vs control (%), 95% CI")
+    n = ab[0]["n_reps"]
+    ax.set_title(f"decode_background vs control ({n} rep(s); red = outside noise)")
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+    return True
+
+
+def plot_itl_timeline(path: Path, data: BenchData, t_inj: float | None, rep: Any, workload: str) -> bool:
+    if data.timeline is None or data.timeline[0].size == 0:
+        return False
+    epoch, itl = data.timeline
+    origin = (
+        data.t0_epoch_s + data.main_start_s
+        if data.t0_epoch_s is not None and data.main_start_s is not None
+        else epoch.min()
+    )
+    t = epoch - origin
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    ax.plot(t, itl, ",", color="#4C72B0", alpha=0.5, rasterized=True, label="per-token ITL (each token)")
+    bins = np.linspace(t.min(), t.max(), 121)
+    idx = np.clip(np.digitize(t, bins) - 1, 0, len(bins) - 2)
+    count = np.bincount(idx, minlength=len(bins) - 1)
+    mean = np.bincount(idx, weights=itl, minlength=len(bins) - 1) / np.maximum(count, 1)
+    centers = (bins[:-1] + bins[1:]) / 2
+    ax.plot(centers[count > 0], mean[count > 0], color="#DD8452", lw=1.5, label="mean per time bin")
+    if t_inj is not None:
+        ax.axvline(t_inj - origin, color="#C44E52", lw=2, ls="--", label="prefill injection sent")
+    hi = np.percentile(itl, 99.9) if itl.size else 1
+    ax.set_ylim(0, max(hi * 1.2, float(np.nanmax(mean[count > 0])) * 1.2 if (count > 0).any() else 1))
+    ax.set_xlabel("time since the background's main phase started (s)")
+    ax.set_ylabel("per-token ITL (ms)")
+    ax.set_title(f"Mixed rep {rep}: decode_background per-token ITL over time ({workload})")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+    return True
+
+
+def make_all(
+    plot_dir: Path,
+    rows: list[dict[str, Any]],
+    agg: list[dict[str, Any]],
+    ab: list[dict[str, Any]],
+    entries: list[Entry],
+    datas: dict[int, BenchData],
+    injections: dict[int, float],
+) -> list[str]:
+    """Draw every plot the data allows; returns the file names relative to the run dir."""
+    made: list[str] = []
+    if plot_throughput(plot_dir / "throughput.png", agg):
+        made.append("plots/throughput.png")
+    if plot_latency(plot_dir / "latency_p95.png", agg):
+        made.append("plots/latency_p95.png")
+    if plot_ab(plot_dir / "ab_comparison.png", ab):
+        made.append("plots/ab_comparison.png")
+    for i, e in enumerate(entries):
+        if e.suite != "mixed" or e.role != "decode_background" or i not in datas:
+            continue
+        r = rows[i]
+        workload = f"ISL {r['isl']}, OSL {r['osl']}, C {r['concurrency']}, {r['num_prompts']} requests"
+        name = f"mixed_itl_rep{e.rep}.png"
+        if plot_itl_timeline(plot_dir / name, datas[i], injections.get(e.rep), e.rep, workload):
+            made.append(f"plots/{name}")
+    return made

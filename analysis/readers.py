@@ -1,0 +1,387 @@
+"""Normalise any supported result object into one shape: scalars, latency statistics, arrays.
+
+Everything is looked up by candidate field names with the unit conversion attached, so SGLang,
+vLLM (old and new) and quickmap's loadgen land in the same columns:
+
+- summary latencies are milliseconds in all three (``{stat}_{metric}_ms``; E2E is
+  ``e2e_latency`` in SGLang/loadgen and ``e2el`` in vLLM; ``median`` doubles as ``p50``);
+- per-request arrays are **seconds** (``ttfts``, ``itls`` list of lists, vLLM ``latencies``);
+  loadgen's per-request records are milliseconds (``ttft_ms``, ``e2e_ms``, ``tpot_ms``).
+
+A statistic the tool did not write is recomputed from the per-request arrays (numpy linear
+percentiles, population std like SGLang): E2E = TTFT + sum(ITLs) when no latencies were saved,
+TPOT per request = (E2E - TTFT)/(output_len - 1) when E2E and lengths are known, otherwise the
+mean of that request's per-token ITLs. Where each figure came from is kept in ``sources``.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.errors import InputError
+from analysis.formats import as_int, detect_format
+from analysis.rawload import Loaded, load_result
+
+METRICS = ("ttft", "tpot", "itl", "e2e")
+STATS = ("mean", "median", "std", "p50", "p90", "p95", "p99")
+_PCTS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+_TOOL_NAMES = {"ttft": ("ttft",), "tpot": ("tpot",), "itl": ("itl",), "e2e": ("e2e_latency", "e2el", "e2e")}
+
+# (output name, candidate keys, factor to the output unit)
+_SCALARS: tuple[tuple[str, tuple[str, ...], float], ...] = (
+    ("duration_s", ("duration", "benchmark_duration"), 1.0),
+    ("completed", ("completed",), 1.0),
+    ("failed", ("failed",), 1.0),
+    ("total_input_tokens", ("total_input_tokens", "total_input"), 1.0),
+    ("total_output_tokens", ("total_output_tokens", "total_output"), 1.0),
+    ("request_throughput", ("request_throughput",), 1.0),
+    ("input_throughput", ("input_throughput",), 1.0),
+    ("output_throughput", ("output_throughput",), 1.0),
+    ("total_throughput", ("total_throughput", "total_token_throughput"), 1.0),
+    ("max_concurrency", ("max_concurrency",), 1.0),
+    ("request_rate", ("request_rate",), 1.0),
+    ("num_prompts", ("num_prompts",), 1.0),
+    ("random_input_len", ("random_input_len",), 1.0),
+    ("random_output_len", ("random_output_len",), 1.0),
+    ("request_goodput", ("request_goodput", "request_goodput:"), 1.0),
+)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        if value.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def ragged(lists: list[Any], path: Path, field: str) -> tuple[np.ndarray, np.ndarray]:
+    """(flat float array, per-row lengths) of a list of lists, without a Python loop per element."""
+    try:
+        lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        flat = np.fromiter(chain.from_iterable(lists), dtype=np.float64, count=int(lens.sum()))
+    except (TypeError, ValueError):
+        raise InputError(path, f"field '{field}'", "expected a list of lists of numbers") from None
+    return flat, lens
+
+
+def row_sums(flat: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Sum of each row of a ragged array (0 for empty rows)."""
+    sums = np.zeros(len(lens), dtype=np.float64)
+    nz = lens > 0
+    if nz.any():
+        starts = np.concatenate(([0], np.cumsum(lens)[:-1]))[nz]
+        sums[nz] = np.add.reduceat(flat, starts)
+    return sums
+
+
+def describe(values: np.ndarray) -> dict[str, float]:
+    """mean, median, std (population), p50/p90/p95/p99 with numpy's linear interpolation."""
+    a = values[np.isfinite(values)]
+    if a.size == 0:
+        return dict.fromkeys(STATS, math.nan)
+    p50, p90, p95, p99 = np.percentile(a, [50.0, 90.0, 95.0, 99.0])
+    return {
+        "mean": float(a.mean()),
+        "median": float(p50),
+        "std": float(a.std()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p95": float(p95),
+        "p99": float(p99),
+    }
+
+
+class BenchData:
+    """One result file, normalised. Arrays hold successful requests only (ms)."""
+
+    def __init__(self, path: Path, fmt: str, layout: str, runs_in_file: int) -> None:
+        self.path = path
+        self.format = fmt
+        self.layout = layout
+        self.runs_in_file = runs_in_file
+        self.scalars: dict[str, float | None] = {}
+        self.stats: dict[str, float] = {}  # "ttft_p95_ms" -> value
+        self.sources: dict[str, str] = {}  # "ttft" -> tool | recomputed | tool+recomputed | missing
+        self.complete: bool | None = None
+        self.reliable: bool | None = None
+        self.ttft_ms: np.ndarray | None = None
+        self.tpot_ms: np.ndarray | None = None
+        self.e2e_ms: np.ndarray | None = None
+        self.t0_epoch_s: float | None = None
+        self.main_start_s: float | None = None
+        self.main_end_s: float | None = None
+        self.first_send_epoch_s: float | None = None
+        self.timeline: tuple[np.ndarray, np.ndarray] | None = None  # (epoch s, per-token ITL ms)
+
+    def row(self) -> dict[str, Any]:
+        """Flat dict for summary.csv/jsonl."""
+        out: dict[str, Any] = {"source_format": self.format, "runs_in_file": self.runs_in_file}
+        out.update(self.scalars)
+        out.update(self.stats)
+        out.update({f"{m}_source": self.sources.get(m, "missing") for m in METRICS})
+        out["reliable"] = self.reliable
+        return out
+
+
+class _Arrays:
+    """Per-request arrays pulled lazily from the object (each built at most once)."""
+
+    def __init__(self, obj: dict[str, Any], path: Path, fmt: str) -> None:
+        self.obj, self.path, self.fmt = obj, path, fmt
+        self._cache: dict[str, Any] = {}
+        self.records = (
+            obj.get("requests") if fmt == "loadgen" and isinstance(obj.get("requests"), list) else None
+        )
+
+    def _column(self, key: str) -> np.ndarray | None:
+        if self.records is None or not self.records:
+            return None
+        try:
+            col = np.array(
+                [r.get(key) if isinstance(r, dict) else None for r in self.records], dtype=np.float64
+            )
+        except (TypeError, ValueError):
+            raise InputError(self.path, f"field 'requests[].{key}'", "expected numbers or null") from None
+        return None if np.isnan(col).all() else col
+
+    def _float_list(self, key: str, scale: float) -> np.ndarray | None:
+        val = self.obj.get(key)
+        if not isinstance(val, list) or not val:
+            return None
+        try:
+            return np.array(val, dtype=np.float64) * scale
+        except (TypeError, ValueError):
+            raise InputError(self.path, f"field '{key}'", "expected a list of numbers") from None
+
+    def success(self) -> np.ndarray | None:
+        if "success" in self._cache:
+            return self._cache["success"]
+        mask = None
+        if self.records:
+            mask = np.fromiter(
+                (bool(r.get("success")) for r in self.records), dtype=bool, count=len(self.records)
+            )
+        elif isinstance(self.obj.get("errors"), list) and self.obj["errors"]:
+            errs = self.obj["errors"]
+            mask = ~np.fromiter(map(bool, errs), dtype=bool, count=len(errs))
+        elif isinstance(self.obj.get("output_lens"), list) and self.obj["output_lens"]:
+            lens = self._float_list("output_lens", 1.0)
+            mask = lens > 0 if lens is not None else None
+        self._cache["success"] = mask
+        return mask
+
+    def _ok(self, arr: np.ndarray | None) -> np.ndarray | None:
+        if arr is None:
+            return None
+        mask = self.success()
+        if mask is not None:
+            if len(mask) != len(arr):
+                raise InputError(
+                    self.path,
+                    None,
+                    f"per-request arrays disagree in length ({len(arr)} vs {len(mask)} requests)",
+                )
+            arr = arr[mask]
+        return arr
+
+    def itls(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(flat per-token ITL ms of successful requests, per-request counts)."""
+        if "itls" not in self._cache:
+            raw = self.obj.get("itls")
+            res = None
+            if isinstance(raw, list) and raw:
+                flat, lens = ragged(raw, self.path, "itls")
+                mask = self.success()
+                if mask is not None and len(mask) == len(lens) and not mask.all():
+                    keep = np.repeat(mask, lens)
+                    flat, lens = flat[keep], lens[mask]
+                res = (flat * 1000.0, lens)
+            self._cache["itls"] = res
+        return self._cache["itls"]
+
+    def output_lens(self) -> np.ndarray | None:
+        if "out" not in self._cache:
+            col = self._column("output_tokens") if self.records else self._float_list("output_lens", 1.0)
+            self._cache["out"] = self._ok(col)
+        return self._cache["out"]
+
+    def ttft(self) -> np.ndarray | None:
+        if "ttft" not in self._cache:
+            col = self._column("ttft_ms") if self.records else None
+            if col is None:
+                col = self._float_list("ttfts", 1000.0)
+            self._cache["ttft"] = self._ok(col)
+        return self._cache["ttft"]
+
+    def e2e_tool(self) -> np.ndarray | None:
+        if "e2e_tool" not in self._cache:
+            col = self._column("e2e_ms") if self.records else None
+            if col is None:
+                col = self._float_list("latencies", 1000.0)
+            self._cache["e2e_tool"] = self._ok(col)
+        return self._cache["e2e_tool"]
+
+    def e2e(self) -> np.ndarray | None:
+        col = self.e2e_tool()
+        if col is not None:
+            return col
+        ttft, itls = self.ttft(), self.itls()
+        if ttft is not None and itls is not None and len(itls[1]) == len(ttft):
+            return ttft + row_sums(*itls)
+        return None
+
+    def tpot(self) -> np.ndarray | None:
+        if "tpot" in self._cache:
+            return self._cache["tpot"]
+        col = self._ok(self._column("tpot_ms")) if self.records else None
+        if col is None:
+            e2e, ttft, out = self.e2e_tool(), self.ttft(), self.output_lens()
+            if e2e is not None and ttft is not None and out is not None and len(e2e) == len(ttft) == len(out):
+                multi = out > 1
+                col = (e2e[multi] - ttft[multi]) / (out[multi] - 1)
+            elif (itls := self.itls()) is not None:
+                flat, lens = itls
+                has = lens > 0
+                col = row_sums(flat, lens)[has] / lens[has]
+        self._cache["tpot"] = col
+        return col
+
+
+def _fill_stats(data: BenchData, obj: dict[str, Any], arrays: _Arrays) -> None:
+    getters = {"ttft": arrays.ttft, "tpot": arrays.tpot, "e2e": arrays.e2e}
+    for metric in METRICS:
+        tool: dict[str, float] = {}
+        for stat in STATS:
+            for name in _TOOL_NAMES[metric]:
+                keys = [f"{stat}_{name}_ms"]
+                if stat == "p50":
+                    keys.append(f"median_{name}_ms")
+                elif stat == "median":
+                    keys.append(f"p50_{name}_ms")
+                val = next((v for k in keys if (v := _num(obj.get(k))) is not None), None)
+                if val is not None:
+                    tool[stat] = val
+                    break
+        missing = [s for s in STATS if s not in tool]
+        recomputed: dict[str, float] = {}
+        if missing:
+            if metric == "itl":
+                itls = arrays.itls()
+                values = itls[0] if itls is not None else None
+            else:
+                values = getters[metric]()
+            if values is not None and values.size:
+                desc = describe(values)
+                recomputed = {s: desc[s] for s in missing}
+        for stat in STATS:
+            data.stats[f"{metric}_{stat}_ms"] = tool.get(stat, recomputed.get(stat, math.nan))
+        if tool and recomputed:
+            data.sources[metric] = "tool+recomputed"
+        elif tool:
+            data.sources[metric] = "tool"
+        elif recomputed:
+            data.sources[metric] = "recomputed"
+        else:
+            data.sources[metric] = "missing"
+
+
+def _timeline(obj: dict[str, Any], data: BenchData, path: Path) -> None:
+    """Per-token ITL against wall-clock time, from loadgen records with event arrays."""
+    reqs = obj.get("requests")
+    t0 = _num(obj.get("t0_epoch_s"))
+    if not isinstance(reqs, list) or t0 is None:
+        return
+    ok = [r for r in reqs if isinstance(r, dict) and r.get("success") and r.get("event_times_s")]
+    sends = [r.get("send_s") for r in reqs if isinstance(r, dict) and _num(r.get("send_s")) is not None]
+    if sends:
+        data.first_send_epoch_s = t0 + float(min(sends))
+    if not ok:
+        return
+    times, lens = ragged([r["event_times_s"] for r in ok], path, "requests[].event_times_s")
+    toks, tlens = ragged(
+        [r.get("event_tokens") or [1] * len(r["event_times_s"]) for r in ok], path, "event_tokens"
+    )
+    if not np.array_equal(lens, tlens):
+        raise InputError(path, "field 'requests[].event_tokens'", "expected the same length as event_times_s")
+    send = np.array([_num(r.get("send_s")) or 0.0 for r in ok], dtype=np.float64)
+    epoch = t0 + np.repeat(send, lens) + times
+    gaps = np.diff(times, prepend=np.nan)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    gaps[starts] = np.nan  # the first event of each request has no gap (that is TTFT)
+    per_token = gaps / np.maximum(toks, 1.0) * 1000.0
+    keep = np.isfinite(per_token)
+    data.timeline = (epoch[keep], per_token[keep])
+
+
+def normalise(loaded: Loaded, want_requests: bool = False) -> BenchData:
+    """Turn a loaded result object into BenchData; ``want_requests`` keeps per-request arrays."""
+    obj, path = loaded.obj, loaded.path
+    fmt = detect_format(obj)
+    if fmt is None:
+        where = f"line {loaded.line}" if loaded.line else None
+        raise InputError(
+            path, where, "not a recognised result (expected quickmap.loadgen/1, SGLang or vLLM keys)"
+        )
+    data = BenchData(path, fmt, loaded.layout, loaded.runs_in_file)
+    for name, keys, factor in _SCALARS:
+        val = next((v for k in keys if (v := _num(obj.get(k))) is not None), None)
+        data.scalars[name] = val * factor if val is not None else None
+    arrays = _Arrays(obj, path, fmt)
+    if data.scalars["completed"] is None:
+        raise InputError(
+            path, "field 'completed'", "missing or not a number; expected the completed request count"
+        )
+    if data.scalars["failed"] is None:
+        mask = arrays.success()
+        data.scalars["failed"] = float((~mask).sum()) if mask is not None else None
+    dur = data.scalars["duration_s"]
+    if dur and dur > 0:  # throughputs the tool did not write, from its own totals
+        for rate, total in (
+            ("request_throughput", "completed"),
+            ("input_throughput", "total_input_tokens"),
+            ("output_throughput", "total_output_tokens"),
+        ):
+            if data.scalars[rate] is None and data.scalars[total] is not None:
+                data.scalars[rate] = data.scalars[total] / dur
+        if data.scalars["total_throughput"] is None and None not in (
+            data.scalars["input_throughput"],
+            data.scalars["output_throughput"],
+        ):
+            data.scalars["total_throughput"] = (
+                data.scalars["input_throughput"] + data.scalars["output_throughput"]
+            )
+    if fmt == "loadgen":
+        data.complete = obj.get("complete") if isinstance(obj.get("complete"), bool) else None
+        data.reliable = obj.get("reliable") if isinstance(obj.get("reliable"), bool) else None
+        data.t0_epoch_s = _num(obj.get("t0_epoch_s"))
+        data.main_start_s = _num(obj.get("main_start_s"))
+        data.main_end_s = _num(obj.get("main_end_s"))
+    _fill_stats(data, obj, arrays)
+    if want_requests:
+        data.ttft_ms, data.tpot_ms, data.e2e_ms = arrays.ttft(), arrays.tpot(), arrays.e2e()
+        if fmt == "loadgen":
+            _timeline(obj, data, path)
+    return data
+
+
+def read_bench(path: str | Path, want_requests: bool = False) -> BenchData:
+    """Load and normalise one result file (InputError on anything malformed)."""
+    return normalise(load_result(path), want_requests)
+
+
+def count_int(value: float | None) -> int | None:
+    """Integer view of a count scalar."""
+    return as_int(value)

@@ -1,0 +1,398 @@
+"""``summarize RUN_DIR``: every result file of a run → summary.csv/jsonl, aggregate.csv, ab.csv,
+report.md and plots/*.png.
+
+Everything is computed in memory first and written at the end (each file atomically), so a bad
+input file stops the command (exit 2) before anything is written.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from analysis import atomic
+from analysis.atomic import read_json_object
+from analysis.discover import Entry, discover
+from analysis.errors import InputError
+from analysis.formats import as_int
+from analysis.readers import METRICS, STATS, BenchData, read_bench
+from analysis.stats import (
+    bootstrap_pct_change_mean,
+    bootstrap_pct_change_quantile,
+    mann_whitney,
+    pct_change,
+    rep_stats,
+)
+
+SUMMARY_COLUMNS = [
+    "suite", "case_id", "role", "rep", "stage", "status", "error_type", "reason", "status_note",
+    "isl", "osl", "concurrency", "num_prompts", "warmup",
+    "source_format", "bench_file", "runs_in_file", "reliable",
+    "completed", "failed", "duration_s", "total_input_tokens", "total_output_tokens",
+    "request_throughput", "input_throughput", "output_throughput", "total_throughput",
+    *[f"{m}_{s}_ms" for m in METRICS for s in STATS],
+    *[f"{m}_source" for m in METRICS],
+]  # fmt: skip
+AGG_METRICS = [
+    "request_throughput", "input_throughput", "output_throughput", "total_throughput",
+    *[f"{m}_{s}_ms" for m in METRICS for s in ("mean", "p50", "p90", "p95", "p99")],
+]  # fmt: skip
+AGG_COLUMNS = [
+    "suite", "case_id", "role", "stage", "isl", "osl", "concurrency", "num_prompts",
+    "n_reps", "n_unknown", "metric", "mean", "std", "cv", "ci95_low", "ci95_high",
+]  # fmt: skip
+AB_METRICS = (
+    ("output_throughput", "output tok/s", "mean over reps", None, None),
+    ("ttft_p95_ms", "TTFT", "p95", "ttft_ms", 95.0),
+    ("tpot_p95_ms", "TPOT", "p95", "tpot_ms", 95.0),
+    ("e2e_p95_ms", "E2E", "p95", "e2e_ms", 95.0),
+)
+AB_COLUMNS = [
+    "metric", "statistic", "control", "background", "change_pct", "ci95_low", "ci95_high",
+    "mann_whitney_p", "verdict", "n_reps", "control_requests", "background_requests",
+]  # fmt: skip
+USABLE = ("completed", "unknown")
+PARALLEL_MIN_FILES = 8
+
+
+def _read_one(job: tuple[str, bool]) -> BenchData | tuple[str | None, str | None, str]:
+    """Worker: read one file; errors come back as plain tuples (InputError does not pickle)."""
+    path, want = job
+    try:
+        return read_bench(path, want)
+    except InputError as exc:
+        return (exc.path, exc.where, exc.expected)
+
+
+def _read_all(jobs: list[tuple[str, bool]]) -> list[BenchData | tuple[str | None, str | None, str]]:
+    workers = min(2, os.cpu_count() or 1)
+    if len(jobs) < PARALLEL_MIN_FILES or workers < 2:
+        return [_read_one(j) for j in jobs]
+    import multiprocessing
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_read_one, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+
+
+def _meta_int(meta: dict[str, Any], key: str) -> int | None:
+    return as_int(meta.get(key))
+
+
+def _base_row(e: Entry) -> dict[str, Any]:
+    m = e.meta
+    status = str(m.get("status")) if m else "unknown"
+    return {
+        "suite": str(m.get("suite") or e.suite),
+        "case_id": e.case_id,
+        "role": e.role,
+        "rep": e.rep,
+        "stage": m.get("stage") or ("mixed" if e.suite == "mixed" else ""),
+        "status": status,
+        "error_type": m.get("error_type") if status == "failed" else None,
+        "reason": m.get("reason") if status == "failed" else None,
+        "status_note": ""
+        if m
+        else "no meta.json: a result quickmap did not write; not checked against a plan",
+        "isl": _meta_int(m, "isl"),
+        "osl": _meta_int(m, "osl"),
+        "concurrency": _meta_int(m, "concurrency"),
+        "num_prompts": _meta_int(m, "num_prompts"),
+        "warmup": _meta_int(m, "warmup"),
+        "bench_file": str(e.bench) if e.bench else None,
+    }
+
+
+_COUNT_KEYS = ("completed", "failed", "total_input_tokens", "total_output_tokens")
+
+
+def _fill_from_bench(row: dict[str, Any], data: BenchData) -> None:
+    for key, value in data.row().items():
+        if key in SUMMARY_COLUMNS and row.get(key) is None:  # meta (the plan) wins over the file
+            row[key] = as_int(value) if key in _COUNT_KEYS and as_int(value) is not None else value
+    for key, scalar in (
+        ("isl", "random_input_len"),
+        ("osl", "random_output_len"),
+        ("concurrency", "max_concurrency"),
+    ):
+        if row[key] is None:
+            row[key] = as_int(data.scalars.get(scalar))
+    if row["num_prompts"] is None:
+        n = as_int(data.scalars.get("num_prompts"))
+        if n is None and data.scalars.get("completed") is not None:
+            n = int(data.scalars["completed"] + (data.scalars.get("failed") or 0))
+        row["num_prompts"] = n
+    if data.runs_in_file > 1:
+        row["status_note"] = _join(
+            row["status_note"], f"file holds {data.runs_in_file} runs; the last was used"
+        )
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+def _verify_completed(row: dict[str, Any], data: BenchData | None) -> None:
+    """A case counts as completed only if its result holds the planned request count."""
+    if row["status"] != "completed":
+        return
+    problem = None
+    if data is None:
+        problem = "no bench.json"
+    elif data.complete is False:
+        problem = "bench.json says complete=false"
+    elif row["num_prompts"] is not None and as_int(data.scalars.get("completed")) != row["num_prompts"]:
+        got = as_int(data.scalars.get("completed"))
+        problem = f"bench.json shows {got} completed of {row['num_prompts']} planned"
+    if problem:
+        row.update(status="failed", error_type="BENCH_FAILED", reason=problem)
+        row["status_note"] = _join(row["status_note"], f"meta said completed but {problem}")
+
+
+def _check_overlap(
+    rows: list[dict[str, Any]], datas: dict[int, BenchData], entries: list[Entry]
+) -> dict[int, float]:
+    """Mixed: mark a background that ended before the injection as failed; return injection epochs by rep."""
+    inject: dict[int, float] = {}
+    by_rep: dict[Any, dict[str, int]] = {}
+    for i, e in enumerate(entries):
+        if e.suite == "mixed":
+            by_rep.setdefault(e.rep, {})[e.role] = i
+    for rep, roles in by_rep.items():
+        t_inj = None
+        if (j := roles.get("prefill_injection")) is not None:
+            d = datas.get(j)
+            if d is not None and d.first_send_epoch_s is not None:
+                t_inj = d.first_send_epoch_s
+            elif isinstance(entries[j].meta.get("injection_sent_epoch_s"), int | float):
+                t_inj = float(entries[j].meta["injection_sent_epoch_s"])
+        b = roles.get("decode_background")
+        if b is None:
+            continue
+        if t_inj is None and isinstance(entries[b].meta.get("injection_sent_epoch_s"), int | float):
+            t_inj = float(entries[b].meta["injection_sent_epoch_s"])
+        if t_inj is not None and rep is not None:
+            inject[rep] = t_inj
+        row, d = rows[b], datas.get(b)
+        if row["error_type"] == "BACKGROUND_FINISHED_BEFORE_INJECTION":
+            row["status"] = "failed"
+            continue
+        if row["status"] != "completed":
+            continue
+        if t_inj is None:
+            row["status_note"] = _join(
+                row["status_note"], "overlap with the injection not verifiable (no injection time)"
+            )
+        elif d is not None and d.t0_epoch_s is not None and d.main_end_s is not None:
+            end = d.t0_epoch_s + d.main_end_s
+            if t_inj >= end:
+                row.update(status="failed", error_type="BACKGROUND_FINISHED_BEFORE_INJECTION")
+                row["reason"] = f"injection sent {t_inj - end:.3f} s after the background's main phase ended"
+                row["status_note"] = _join(row["status_note"], "summarize found no overlap")
+        else:
+            row["status_note"] = _join(row["status_note"], "overlap not verifiable (no loadgen timestamps)")
+    return inject
+
+
+def _fmt_csv(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        return repr(value)
+    return value
+
+
+def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_fmt_csv(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> bytes:
+    def clean(v: Any) -> Any:
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return b"".join(orjson.dumps({c: clean(r.get(c)) for c in SUMMARY_COLUMNS}) + b"\n" for r in rows)
+
+
+def _workload_value(values: list[Any]) -> Any:
+    uniq = sorted({v for v in values if v is not None}, key=str)
+    if not uniq:
+        return None
+    return uniq[0] if len(uniq) == 1 else "/".join(map(str, uniq))
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Long table: one row per (suite, case, role, metric) over usable repetitions."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["suite"], r["case_id"], r["role"]), []).append(r)
+    out: list[dict[str, Any]] = []
+    for (suite, case_id, role), members in groups.items():
+        usable = [r for r in members if r["status"] in USABLE and r.get("completed") is not None]
+        if not usable:
+            continue
+        base = {
+            "suite": suite,
+            "case_id": case_id,
+            "role": role,
+            "n_reps": len(usable),
+            "n_unknown": sum(r["status"] == "unknown" for r in usable),
+        }
+        for key in ("stage", "isl", "osl", "concurrency", "num_prompts"):
+            base[key] = _workload_value([r.get(key) for r in usable])
+        matrix = np.array([[_f(r.get(m)) for m in AGG_METRICS] for r in usable], dtype=np.float64)
+        for j, metric in enumerate(AGG_METRICS):
+            s = rep_stats(matrix[:, j], f"{suite}/{case_id}/{role}/{metric}")
+            if s["n"] == 0:
+                continue
+            out.append(
+                {
+                    **base,
+                    "metric": metric,
+                    **{k: s[k] for k in ("mean", "std", "cv", "ci95_low", "ci95_high")},
+                }
+            )
+    return out
+
+
+def _f(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+
+
+def ab_table(
+    rows: list[dict[str, Any]], datas: dict[int, BenchData]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Background vs control over repetitions where both roles are usable."""
+    by_rep: dict[Any, dict[str, int]] = {}
+    for i, r in enumerate(rows):
+        if r["suite"] == "mixed" and r["status"] in USABLE:
+            by_rep.setdefault(r["rep"], {})[r["role"]] = i
+    ordered = sorted(by_rep.items(), key=lambda kv: str(kv[0]))
+    pairs = [
+        (v["control"], v["decode_background"])
+        for _, v in ordered
+        if "control" in v and "decode_background" in v
+    ]
+    info: dict[str, Any] = {"reps": [rows[b]["rep"] for _, b in pairs], "pairs": pairs}
+    if not pairs:
+        return [], info
+    out: list[dict[str, Any]] = []
+    for col, label, stat, arr_name, q in AB_METRICS:
+        c_vals = np.array([_f(rows[c].get(col)) for c, _ in pairs])
+        b_vals = np.array([_f(rows[b].get(col)) for _, b in pairs])
+        c_mean = float(np.nanmean(c_vals)) if np.isfinite(c_vals).any() else math.nan
+        b_mean = float(np.nanmean(b_vals)) if np.isfinite(b_vals).any() else math.nan
+        row: dict[str, Any] = {
+            "metric": label,
+            "statistic": stat,
+            "control": c_mean,
+            "background": b_mean,
+            "change_pct": pct_change(c_mean, b_mean),
+            "n_reps": len(pairs),
+            "mann_whitney_p": math.nan,
+        }
+        if arr_name is None:
+            lo, hi = bootstrap_pct_change_mean(c_vals, b_vals, f"ab/{col}")
+            n_c = n_b = None
+        else:
+            c_arr = [getattr(datas[c], arr_name) for c, _ in pairs if c in datas]
+            b_arr = [getattr(datas[b], arr_name) for _, b in pairs if b in datas]
+            c_all = (
+                np.concatenate([a for a in c_arr if a is not None])
+                if any(a is not None for a in c_arr)
+                else None
+            )
+            b_all = (
+                np.concatenate([a for a in b_arr if a is not None])
+                if any(a is not None for a in b_arr)
+                else None
+            )
+            if c_all is not None and b_all is not None:
+                lo, hi = bootstrap_pct_change_quantile(c_all, b_all, q, f"ab/{col}")
+                row["mann_whitney_p"] = mann_whitney(c_all, b_all)
+                n_c, n_b = int(c_all.size), int(b_all.size)
+            else:
+                lo = hi = math.nan
+                n_c = n_b = None
+        row.update(ci95_low=lo, ci95_high=hi, control_requests=n_c, background_requests=n_b)
+        row["verdict"] = _verdict(row, arr_name is None)
+        out.append(row)
+    return out, info
+
+
+def _verdict(row: dict[str, Any], rep_level: bool) -> str:
+    lo, hi, p = row["ci95_low"], row["ci95_high"], row["mann_whitney_p"]
+    ci_known = math.isfinite(lo) and math.isfinite(hi)
+    excludes_zero = ci_known and (lo > 0 or hi < 0)
+    if rep_level:
+        if not ci_known:
+            return "n/a (CI needs >= 2 reps)"
+        return "outside noise" if excludes_zero else "within noise"
+    if not math.isfinite(p):
+        return "n/a (no per-request data)"
+    if p < 0.05 and excludes_zero:
+        return "outside noise"
+    return "within noise"
+
+
+def summarize(run_dir: str | Path) -> str:
+    """Analyse a run directory; returns a one-line description of what was written."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(run_dir, None, "run directory not found")
+    manifest = read_json_object(run_dir / "manifest.json")
+    entries = discover(run_dir)
+    if not entries:
+        raise InputError(run_dir, None, "no cases/<case>/rep<N>/ or mixed/rep<N>/<role>/ directories found")
+    jobs = [(str(e.bench), e.suite == "mixed") for e in entries if e.bench is not None]
+    results = iter(_read_all(jobs))
+    rows: list[dict[str, Any]] = []
+    datas: dict[int, BenchData] = {}
+    for i, e in enumerate(entries):
+        row = _base_row(e)
+        data: BenchData | None = None
+        if e.bench is not None:
+            res = next(results)
+            if isinstance(res, tuple):
+                err = InputError(*res)
+                if row["status"] in ("completed", "unknown"):
+                    raise err
+                row["status_note"] = _join(row["status_note"], f"result unreadable: {err}")
+            else:
+                data = res
+                datas[i] = data
+                _fill_from_bench(row, data)
+        _verify_completed(row, data)
+        rows.append(row)
+    injections = _check_overlap(rows, datas, entries)
+    agg = aggregate(rows)
+    ab, ab_info = ab_table(rows, datas)
+
+    from analysis import plots, report  # matplotlib only now that the inputs are known good
+
+    plot_dir = run_dir / "plots"
+    plot_files = plots.make_all(plot_dir, rows, agg, ab, entries, datas, injections)
+    text = report.render(run_dir, manifest, rows, agg, ab, ab_info, plot_files)
+    atomic.write_text(run_dir / "summary.csv", _csv(rows, SUMMARY_COLUMNS))
+    atomic.write_bytes(run_dir / "summary.jsonl", _jsonl(rows))
+    atomic.write_text(run_dir / "aggregate.csv", _csv(agg, AGG_COLUMNS))
+    atomic.write_text(run_dir / "ab.csv", _csv(ab, AB_COLUMNS))
+    atomic.write_text(run_dir / "report.md", text)
+    n_unknown = sum(r["status"] == "unknown" for r in rows)
+    return (
+        f"{run_dir}: {len(rows)} rep dir(s) ({n_unknown} unknown), {len(agg)} aggregate row(s), "
+        f"{len(ab)} A/B row(s), {len(plot_files)} plot(s) -> report.md"
+    )
