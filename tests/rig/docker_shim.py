@@ -1,0 +1,670 @@
+"""`docker` stand-in for the rig hosts: records every call, runs enginesim where the real image would run.
+
+Installed by the rig into each host's bin dir (first on PATH for SSH sessions) behind a small `docker`
+wrapper that sets QM_SHIM_HOME (per-host container state), QM_SHIM_CALLS (the per-host
+docker_calls.jsonl) and QM_SHIM_PYTHON (the project's venv python, which has enginesim installed).
+Standard library only: it is a file on the "node", not part of the test process.
+
+Implemented: `docker version`, `docker run [-d] --name N [opts] IMAGE CMD...`, `docker logs [--tail N] N`,
+`docker inspect [-f FMT] N`, `docker ps [-a] [-q] [--filter name=|status=] [--format FMT]`,
+`docker rm [-f] N`, `docker stop [-t S] N`, `docker kill N`. Anything else exits 125 with a message, so
+a role that starts to depend on another docker feature fails loudly on the rig instead of passing.
+Options that the real CLI validates against the host (a `--device` path that does not exist, a name
+already in use) fail here the same way, with the real CLI's message and exit code 125.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+SHIM_VERSION = "27.3.1-qmrig"
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# `docker run` options that take a value (long and short spellings), and the boolean ones.
+VALUE_OPTS = {
+    "--name", "-e", "--env", "--env-file", "--device", "--shm-size", "--network", "--net", "--ipc",
+    "-v", "--volume", "--mount", "--ulimit", "--cap-add", "--cap-drop", "--gpus", "--entrypoint",
+    "-w", "--workdir", "-u", "--user", "--label", "-l", "--restart", "--security-opt", "--pid",
+    "-h", "--hostname", "--memory", "-m", "--cpus", "--log-driver", "--log-opt", "--add-host",
+    "--tmpfs", "-p", "--publish", "--stop-signal", "--stop-timeout", "--runtime", "--pull",
+    "--platform", "--group-add", "--device-cgroup-rule", "--sysctl", "--cgroupns", "--uts", "--userns",
+}  # fmt: skip
+FLAG_OPTS = {"--detach", "--rm", "--interactive", "--tty", "--privileged", "--init", "--read-only"}
+SHORT_FLAGS = set("ditP")
+
+
+class ShimError(Exception):
+    """A docker error: message for stderr and the exit code the real CLI uses."""
+
+    def __init__(self, message: str, code: int = 125) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def now_iso() -> str:
+    """Docker-style RFC 3339 timestamp in UTC."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def home() -> Path:
+    """The per-host container state directory."""
+    return Path(os.environ.get("QM_SHIM_HOME", str(Path(__file__).resolve().parent.parent / "docker")))
+
+
+def record_call(argv: list[str]) -> None:
+    """Append one JSON line {time, argv, pid, host} to the per-host docker_calls.jsonl (one write call)."""
+    calls = os.environ.get("QM_SHIM_CALLS", str(home().parent / "docker_calls.jsonl"))
+    line = json.dumps(
+        {
+            "time": time.time(),
+            "argv": ["docker", *argv],
+            "pid": os.getpid(),
+            "host": os.environ.get("QM_RIG_HOST"),
+        }
+    )
+    fd = os.open(calls, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, data: object) -> None:
+    """Atomic write: temp file in the same directory, then rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def container_dir(name: str) -> Path:
+    """Where one container's state.json and log live."""
+    return home() / "containers" / name
+
+
+def load_state(ref: str) -> dict:
+    """State of the container named `ref` (or whose id starts with `ref`); raise when there is none."""
+    direct = container_dir(ref) / "state.json"
+    if direct.exists():
+        return json.loads(direct.read_text())
+    root = home() / "containers"
+    if root.exists() and len(ref) >= 3:
+        for state_file in root.glob("*/state.json"):
+            state = json.loads(state_file.read_text())
+            if state["id"].startswith(ref):
+                return state
+    raise ShimError(f"Error response from daemon: No such container: {ref}", 1)
+
+
+def all_states() -> list[dict]:
+    """Every container this host knows (running or exited), oldest first."""
+    root = home() / "containers"
+    states = [json.loads(p.read_text()) for p in root.glob("*/state.json")] if root.exists() else []
+    return sorted(states, key=lambda s: s["created"])
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True when `pid` runs and is not a zombie."""
+    if not pid:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def refresh(state: dict) -> dict:
+    """Mark a container whose engine died without its supervisor noticing (e.g. both killed) as exited."""
+    if (
+        state["status"] == "running"
+        and not pid_alive(state.get("pid"))
+        and not pid_alive(state.get("supervisor_pid"))
+    ):
+        state.update(
+            status="exited",
+            exit_code=state.get("exit_code") or 137,
+            finished=state.get("finished") or now_iso(),
+        )
+    return state
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def parse_run(argv: list[str]) -> dict:
+    """Split `docker run` argv into options, image and command; raise ShimError on an unknown flag."""
+    opts: dict[str, list[str]] = {}
+    flags: set[str] = set()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg == "--":
+            i += 1
+            break
+        key, eq, inline = arg.partition("=")
+        if key in VALUE_OPTS:
+            if eq:
+                value = inline
+            else:
+                if i + 1 >= len(argv):
+                    raise ShimError(f'flag needs an argument: "{key}" in run')
+                i += 1
+                value = argv[i]
+            opts.setdefault(key, []).append(value)
+        elif arg in FLAG_OPTS:
+            flags.add(arg)
+        elif re.fullmatch(r"-[a-zA-Z]+", arg) and set(arg[1:]) <= SHORT_FLAGS:
+            flags.update(f"-{c}" for c in arg[1:])
+        else:
+            raise ShimError(f"unknown flag: {key}\nSee 'docker run --help'.")
+        i += 1
+    if i >= len(argv):
+        raise ShimError('"docker run" requires at least 1 argument.')
+    return {"opts": opts, "flags": flags, "image": argv[i], "cmd": argv[i + 1 :]}
+
+
+def container_env(opts: dict[str, list[str]], hostname: str) -> dict[str, str]:
+    """The container's environment: image defaults plus `--env-file` and `-e K=V` / `-e K` (from our env)."""
+    env = {"PATH": CONTAINER_PATH, "HOME": "/root", "HOSTNAME": hostname, "LC_ALL": "C.UTF-8"}
+    entries: list[str] = []
+    for env_file in opts.get("--env-file", []):
+        for line in Path(env_file).read_text().splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                entries.append(line.strip())
+    entries += opts.get("-e", []) + opts.get("--env", [])
+    for entry in entries:
+        key, eq, value = entry.partition("=")
+        if eq:
+            env[key] = value
+        elif key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+def engine_argv(cmd: list[str]) -> list[str]:
+    """Map the image command onto enginesim: SGLang's launcher or `vllm serve`, nothing else."""
+    python = os.environ.get("QM_SHIM_PYTHON", sys.executable)
+    if (
+        len(cmd) >= 3
+        and Path(cmd[0]).name.startswith("python")
+        and cmd[1:3] == ["-m", "sglang.launch_server"]
+    ):
+        return [python, "-m", "enginesim", "sglang", *cmd[3:]]
+    if len(cmd) >= 2 and cmd[:2] == ["vllm", "serve"]:
+        return [python, "-m", "enginesim", "vllm", "serve", *cmd[2:]]
+    shown = shlex.join(cmd) if cmd else "(image default)"
+    raise ShimError(
+        "docker: Error response from daemon: rig shim runs only `python3 -m sglang.launch_server ...` "
+        f"or `vllm serve ...`, got: {shown}",
+        127,
+    )
+
+
+def cmd_run(argv: list[str]) -> int:
+    """`docker run`: validate like the daemon, then start a supervisor that runs the engine."""
+    parsed = parse_run(argv)
+    opts, flags = parsed["opts"], parsed["flags"]
+    names = opts.get("--name", [])
+    name = names[-1] if names else f"qmrig_{secrets.token_hex(4)}"
+    cid = secrets.token_hex(32)
+    cdir = container_dir(name)
+    if (cdir / "state.json").exists():
+        other = json.loads((cdir / "state.json").read_text())["id"]
+        raise ShimError(
+            f'docker: Error response from daemon: Conflict. The container name "/{name}" is already in use '
+            f'by container "{other}". You have to remove (or rename) that container to be able to reuse '
+            "that name."
+        )
+    devices = []
+    for spec in opts.get("--device", []):
+        host_path = spec.split(":", 1)[0]
+        if not os.path.exists(host_path):
+            raise ShimError(
+                "docker: Error response from daemon: error gathering device information while adding custom "
+                f'device "{host_path}": no such file or directory.'
+            )
+        parts = spec.split(":")
+        devices.append(
+            {
+                "PathOnHost": host_path,
+                "PathInContainer": parts[1] if len(parts) > 1 and parts[1] else host_path,
+                "CgroupPermissions": parts[2] if len(parts) > 2 else "rwm",
+            }
+        )
+    hostname = (opts.get("-h") or opts.get("--hostname") or [os.uname().nodename])[-1]
+    engine = engine_argv(parsed["cmd"])
+    cdir.mkdir(parents=True)
+    state = {
+        "id": cid,
+        "name": name,
+        "image": parsed["image"],
+        "cmd": parsed["cmd"],
+        "engine_argv": engine,
+        "env": container_env(opts, hostname),
+        "devices": devices,
+        "opts": opts,
+        "flags": sorted(flags),
+        "created": now_iso(),
+        "started": None,
+        "finished": None,
+        "status": "created",
+        "pid": None,
+        "supervisor_pid": None,
+        "exit_code": None,
+        "log": str(cdir / "container.log"),
+        "docker_argv": ["docker", "run", *argv],
+    }
+    write_json(cdir / "state.json", state)
+    sup = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "__supervise", name],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=os.environ.copy(),
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        state = json.loads((cdir / "state.json").read_text())
+        if state["pid"]:
+            break
+        if sup.poll() is not None:
+            raise ShimError(f"docker: Error response from daemon: failed to start container {name}", 125)
+        time.sleep(0.02)
+    else:
+        raise ShimError(f"docker: Error response from daemon: container {name} did not start in 10 s", 125)
+    if "-d" in flags or "--detach" in flags:
+        print(cid, flush=True)
+        return 0
+    sup.wait()
+    state = json.loads((cdir / "state.json").read_text())
+    sys.stdout.write(Path(state["log"]).read_text(errors="replace"))
+    return int(state["exit_code"] or 0)
+
+
+def supervise(name: str) -> int:
+    """Run the engine as the container's main process; record its PID, then its exit code."""
+    state_file = container_dir(name) / "state.json"
+    state = json.loads(state_file.read_text())
+    with open(state["log"], "ab") as log:
+        proc = subprocess.Popen(
+            state["engine_argv"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=state["env"],
+            cwd="/",
+            start_new_session=True,
+        )
+    state.update(pid=proc.pid, supervisor_pid=os.getpid(), status="running", started=now_iso())
+    write_json(state_file, state)
+    pids_file = home() / "pids.jsonl"
+    with open(pids_file, "a") as fh:
+        fh.write(json.dumps({"name": name, "pid": proc.pid, "supervisor_pid": os.getpid()}) + "\n")
+    signal.signal(signal.SIGTERM, lambda *_: None)  # the engine's exit, not ours, ends the container
+    code = proc.wait()
+    state = json.loads(state_file.read_text())
+    state.update(status="exited", exit_code=128 - code if code < 0 else code, finished=now_iso())
+    write_json(state_file, state)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- formatting
+
+
+def go_field(data: object, path: str) -> object:
+    """Walk `.A.B` through nested dicts the way a Go template does."""
+    value = data
+    for part in [p for p in path.split(".") if p]:
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def go_str(value: object) -> str:
+    """Go's default printing of a value (booleans lower case, nil as <no value>)."""
+    if value is None:
+        return "<no value>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + " ".join(go_str(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_str(v)}" for k, v in value.items()) + "]"
+    return str(value)
+
+
+def render(fmt: str, data: dict) -> str:
+    """A Go-template subset: `{{.A.B}}` and `{{json .A}}` (all docker's --format uses the roles need)."""
+    if fmt == "json" or fmt == "{{json .}}":
+        return json.dumps(data)
+
+    def one(match: re.Match[str]) -> str:
+        expr = match.group(1).strip()
+        if expr.startswith("json "):
+            return json.dumps(go_field(data, expr[5:].strip()))
+        if expr.startswith("."):
+            return go_str(go_field(data, expr))
+        raise ShimError(f"template: unsupported expression {{{{{expr}}}}} in rig shim", 1)
+
+    return re.sub(r"\{\{(.*?)\}\}", one, fmt.replace("\\t", "\t").replace("\\n", "\n"))
+
+
+def human_age(iso: str | None) -> str:
+    """Docker's `Up 5 seconds` style durations."""
+    if not iso:
+        return "Less than a second"
+    then = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    secs = int((datetime.now(UTC) - then).total_seconds())
+    if secs < 1:
+        return "Less than a second"
+    if secs < 60:
+        return f"{secs} seconds"
+    if secs < 120:
+        return "About a minute"
+    if secs < 3600:
+        return f"{secs // 60} minutes"
+    return f"{secs // 3600} hours"
+
+
+def status_text(state: dict) -> str:
+    """The STATUS column of `docker ps`."""
+    if state["status"] == "running":
+        return f"Up {human_age(state['started'])}"
+    if state["status"] == "exited":
+        return f"Exited ({state['exit_code']}) {human_age(state['finished'])} ago"
+    return "Created"
+
+
+def inspect_doc(state: dict) -> dict:
+    """`docker inspect` JSON built from the shim state (the fields the evidence and the roles read)."""
+    running = state["status"] == "running"
+    opts = state["opts"]
+    return {
+        "Id": state["id"],
+        "Created": state["created"],
+        "Path": state["cmd"][0] if state["cmd"] else "",
+        "Args": state["cmd"][1:],
+        "State": {
+            "Status": state["status"],
+            "Running": running,
+            "Paused": False,
+            "Restarting": False,
+            "OOMKilled": False,
+            "Dead": False,
+            "Pid": state["pid"] if running else 0,
+            "ExitCode": state["exit_code"] or 0,
+            "Error": "",
+            "StartedAt": state["started"] or "0001-01-01T00:00:00Z",
+            "FinishedAt": state["finished"] or "0001-01-01T00:00:00Z",
+        },
+        "Name": "/" + state["name"],
+        "LogPath": state["log"],
+        "HostConfig": {
+            "NetworkMode": (opts.get("--network") or opts.get("--net") or ["bridge"])[-1],
+            "IpcMode": (opts.get("--ipc") or ["private"])[-1],
+            "ShmSize": (opts.get("--shm-size") or ["64m"])[-1],
+            "Privileged": "--privileged" in state["flags"],
+            "Devices": state["devices"],
+            "Binds": opts.get("-v", []) + opts.get("--volume", []),
+            "Ulimits": opts.get("--ulimit", []),
+            "CapAdd": opts.get("--cap-add", []),
+        },
+        "Config": {
+            "Hostname": state["env"].get("HOSTNAME", ""),
+            "Env": [f"{k}={v}" for k, v in state["env"].items()],
+            "Cmd": state["cmd"],
+            "Image": state["image"],
+            "Entrypoint": None,
+        },
+        "Rig": {"engine_argv": state["engine_argv"], "docker_argv": state["docker_argv"]},
+    }
+
+
+# ------------------------------------------------------------------------------------ other commands
+
+
+def cmd_version(argv: list[str]) -> int:
+    """`docker version [--format FMT]`."""
+    doc = {
+        "Client": {"Version": SHIM_VERSION, "ApiVersion": "1.47", "Os": "linux"},
+        "Server": {"Version": SHIM_VERSION, "ApiVersion": "1.47", "Os": "linux"},
+    }
+    fmt = _opt(argv, "--format", "-f")
+    if fmt:
+        print(render(fmt, doc))
+    else:
+        print(f"Client:\n Version:           {SHIM_VERSION}\n API version:       1.47")
+        print(f"\nServer: quickmap rig shim\n Engine:\n  Version:          {SHIM_VERSION}")
+    return 0
+
+
+def _opt(argv: list[str], *names: str) -> str | None:
+    """Value of the last `--opt V` / `--opt=V` among `names` in argv."""
+    value = None
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def _positionals(argv: list[str], value_opts: set[str]) -> list[str]:
+    """Arguments that are neither options nor option values."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in value_opts:
+            skip = True
+        elif not arg.startswith("-"):
+            out.append(arg)
+    return out
+
+
+def cmd_logs(argv: list[str]) -> int:
+    """`docker logs [--tail N] NAME`: the container's combined output."""
+    known = {"--tail", "-n", "--since", "--until"}
+    for arg in argv:
+        if arg.startswith("-") and arg.split("=")[0] not in known | {"--timestamps", "-t"}:
+            raise ShimError(f"unknown flag: {arg}")
+    refs = _positionals(argv, known)
+    if len(refs) != 1:
+        raise ShimError('"docker logs" requires exactly 1 argument.', 1)
+    state = load_state(refs[0])
+    text = Path(state["log"]).read_text(errors="replace") if Path(state["log"]).exists() else ""
+    tail = _opt(argv, "--tail", "-n")
+    if tail and tail != "all":
+        text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+    sys.stdout.write(text)
+    return 0
+
+
+def cmd_inspect(argv: list[str]) -> int:
+    """`docker inspect [-f FMT] NAME...`: exit 1 with `No such object` for unknown names (like docker)."""
+    fmt = _opt(argv, "--format", "-f")
+    refs = _positionals(argv, {"--format", "-f", "--type"})
+    docs, missing = [], []
+    for ref in refs:
+        try:
+            docs.append(inspect_doc(refresh(load_state(ref))))
+        except ShimError:
+            missing.append(ref)
+    if fmt:
+        for doc in docs:
+            print(render(fmt, doc))
+    else:
+        print(json.dumps(docs, indent=4))
+    for ref in missing:
+        print(f"Error: No such object: {ref}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def cmd_ps(argv: list[str]) -> int:
+    """`docker ps [-a] [-q] [--filter name=RE|status=S] [--format FMT]` (name filter is a regex search)."""
+    show_all = any(a in ("-a", "--all") for a in argv)
+    quiet = any(a in ("-q", "--quiet") for a in argv)
+    fmt = _opt(argv, "--format")
+    filters = [argv[i + 1] for i, a in enumerate(argv) if a in ("--filter", "-f") and i + 1 < len(argv)]
+    filters += [a.split("=", 1)[1] for a in argv if a.startswith("--filter=")]
+    rows = []
+    for state in map(refresh, all_states()):
+        if not show_all and state["status"] != "running":
+            continue
+        ok = True
+        for flt in filters:
+            key, _, value = flt.partition("=")
+            if key == "name":
+                ok &= re.search(value.lstrip("/"), state["name"]) is not None
+            elif key == "status":
+                ok &= state["status"] == value
+            elif key == "id":
+                ok &= state["id"].startswith(value)
+            else:
+                raise ShimError(f"rig shim: unsupported filter {flt}", 1)
+        if ok:
+            rows.append(state)
+    for state in rows:
+        fields = {
+            "ID": state["id"][:12],
+            "Names": state["name"],
+            "Image": state["image"],
+            "Status": status_text(state),
+            "State": state["status"],
+            "Command": '"' + shlex.join(state["cmd"])[:20] + '…"',
+            "CreatedAt": state["created"],
+        }
+        if quiet:
+            print(fields["ID"])
+        elif fmt:
+            print(render(fmt, fields))
+        else:
+            print(f"{fields['ID']}   {fields['Image']}   {fields['Status']}   {fields['Names']}")
+    return 0
+
+
+def _signal_engine(state: dict, sig: int) -> None:
+    """Signal the engine's process group (it is its own session leader), falling back to the PID."""
+    pid = state.get("pid")
+    if not pid_alive(pid):
+        return
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _stop(state: dict, grace_s: float) -> None:
+    """TERM the engine, wait up to `grace_s`, then KILL; wait for the supervisor to record the exit."""
+    _signal_engine(state, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and pid_alive(state.get("pid")):
+        time.sleep(0.05)
+    _signal_engine(state, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and pid_alive(state.get("supervisor_pid")):
+        time.sleep(0.05)
+
+
+def cmd_stop(argv: list[str]) -> int:
+    """`docker stop [-t S] NAME...`."""
+    grace = float(_opt(argv, "-t", "--time", "--timeout") or 10)
+    for ref in _positionals(argv, {"-t", "--time", "--timeout"}):
+        _stop(load_state(ref), grace)
+        print(ref)
+    return 0
+
+
+def cmd_kill(argv: list[str]) -> int:
+    """`docker kill NAME...` (SIGKILL)."""
+    for ref in _positionals(argv, {"-s", "--signal"}):
+        state = load_state(ref)
+        if state["status"] != "running" or not pid_alive(state.get("pid")):
+            raise ShimError(
+                f"Error response from daemon: cannot kill container: {ref}: container is not running", 1
+            )
+        _stop(state, 0)
+        print(ref)
+    return 0
+
+
+def cmd_rm(argv: list[str]) -> int:
+    """`docker rm [-f] NAME...`: -f stops a running container (TERM, then KILL) before removing it."""
+    force = any(a in ("-f", "--force") for a in argv)
+    code = 0
+    for ref in _positionals(argv, set()):
+        try:
+            state = refresh(load_state(ref))
+        except ShimError as err:
+            print(str(err), file=sys.stderr)
+            code = 1
+            continue
+        if state["status"] == "running":
+            if not force:
+                print(
+                    f'Error response from daemon: cannot remove container "/{state["name"]}": container is '
+                    "running: stop the container before removing or force remove",
+                    file=sys.stderr,
+                )
+                code = 1
+                continue
+            _stop(state, 5.0)
+        # The real daemon deletes the container; the rig keeps it aside for the tests' evidence checks.
+        removed = home() / "removed"
+        removed.mkdir(parents=True, exist_ok=True)
+        os.replace(container_dir(state["name"]), removed / f"{state['name']}-{time.time_ns()}")
+        print(ref)
+    return code
+
+
+COMMANDS = {
+    "version": cmd_version,
+    "run": cmd_run,
+    "logs": cmd_logs,
+    "inspect": cmd_inspect,
+    "ps": cmd_ps,
+    "rm": cmd_rm,
+    "stop": cmd_stop,
+    "kill": cmd_kill,
+}
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: record the call, then dispatch."""
+    if argv[:1] == ["__supervise"]:
+        return supervise(argv[1])
+    home().mkdir(parents=True, exist_ok=True)
+    record_call(argv)
+    args = [a for a in argv]
+    if args and args[0] == "container" and len(args) > 1:  # `docker container inspect` etc.
+        args = args[1:]
+    if not args or args[0] not in COMMANDS:
+        print(
+            f"docker: '{args[0] if args else ''}' is not a docker command supported by the rig shim.",
+            file=sys.stderr,
+        )
+        return 125
+    try:
+        return COMMANDS[args[0]](args[1:])
+    except ShimError as err:
+        print(str(err), file=sys.stderr)
+        return err.code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
