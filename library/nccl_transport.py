@@ -291,7 +291,8 @@ def run(module: AnsibleModule) -> dict:
     waited = round(time.monotonic() - started, 3)
 
     logs = []
-    for tail, verdict in zip(tails, verdicts, strict=True):
+    for index, tail in enumerate(tails):  # (no zip(strict=): nodes may run Python < 3.10)
+        verdict = verdicts[index]
         entry = {"path": tail.path, "exists": tail.exists}
         entry.update(summarize(tail.facts))
         problems = list(verdict["problems"])

@@ -19,8 +19,8 @@ description:
     stops before a second server competes for the GPUs. A pid file whose process is gone, or an exited
     container with the name, is reported (RV(leftovers)) but is not a running server.
   - >-
-    Containers are listed with C(docker ps -a --filter name=^/NAME$ --format ...) printing ID, name and
-    state separated by tabs.
+    Containers are listed with C(docker ps -a --filter name=NAME --format ...) printing ID, name and
+    state separated by tabs; only the container named exactly O(container_name) counts.
     When O(docker) is not installed no container can be running, which is reported; when it errors,
     the module fails (it cannot prove that nothing runs).
   - Read-only, so it runs the same in check mode. The result always has C(changed=false).
@@ -147,7 +147,8 @@ def check_container(module: AnsibleModule, result: dict, evidence: list[str], le
         result["container_checked"] = False
         leftovers.append(f"{wanted} not found: no container can be running")
         return
-    argv = [docker, "ps", "-a", "--filter", f"name=^/{name}$", "--format", "{{.ID}}\t{{.Names}}\t{{.State}}"]
+    # docker's name filter is a regex search (so "x" also matches "x-old"); the exact match is done below.
+    argv = [docker, "ps", "-a", "--filter", f"name={name}", "--format", "{{.ID}}\t{{.Names}}\t{{.State}}"]
     rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
     if rc != 0:
         detail = (err.strip() or out.strip() or "no output").splitlines()[0]

@@ -174,7 +174,7 @@ def summarize(obj: dict, fmt: str) -> dict:
         lens = [_int(n) or 0 for n in obj["output_lens"]]
         errors = obj.get("errors")
         if isinstance(errors, list) and len(errors) == len(lens):
-            output_lens = [n for n, err in zip(lens, errors, strict=True) if not err]
+            output_lens = [n for i, n in enumerate(lens) if not errors[i]]  # no zip(strict=) before 3.10
             if failed is None:
                 failed = sum(1 for err in errors if err)
         elif completed is not None and completed == len(lens):
@@ -242,7 +242,10 @@ def check(
         if summary["errors_by_class"]:
             extra += f", errors_by_class {json.dumps(summary['errors_by_class'], sort_keys=True)}"
         out["reason"] = "count"
-        out["problem"] = f"completed {completed} != expected {expect_requests} requests{extra}"
+        out["problem"] = (
+            f"completed {completed} != expected {expect_requests} requests{extra} "
+            "(rule: every request of the case must complete)"
+        )
         return out
     if expect_output_len is None:
         return out

@@ -109,7 +109,8 @@ def test_completed_short_of_expected_fails_with_counts(run, tmp_path):
     assert kind == "fail" and res["reason"] == "count"
     assert (
         res["msg"]
-        == f'{path}: completed 61 != expected 64 requests, failed 3, errors_by_class {{"timeout": 3}}'
+        == f'{path}: completed 61 != expected 64 requests, failed 3, errors_by_class {{"timeout": 3}} '
+        "(rule: every request of the case must complete)"
     )
 
 

@@ -141,7 +141,7 @@ def fake_docker(bin_dir: Path, stdout: str, rc: int = 0) -> Path:
     script.write_text(
         "#!/bin/sh\n"
         'if [ "$1 $2 $3" != "ps -a --filter" ]; then echo "fake docker: bad args: $*" >&2; exit 64; fi\n'
-        'if [ "$4" != "name=^/qm-server$" ]; then echo "fake docker: bad filter $4" >&2; exit 65; fi\n'
+        'if [ "$4" != "name=qm-server" ]; then echo "fake docker: bad filter $4" >&2; exit 65; fi\n'
         f"printf '{stdout}'\n"
         f"exit {rc}\n"
     )
@@ -154,7 +154,10 @@ def fake_docker(bin_dir: Path, stdout: str, rc: int = 0) -> Path:
     [("running", True), ("exited", False)],
 )
 def test_container_state_decides(run, tmp_path, state, stale):
-    docker = fake_docker(tmp_path / "bin", f"0123abcd\\tqm-server\\t{state}\\n")
+    # docker's name filter also returns qm-server-old: only the exact name may count.
+    docker = fake_docker(
+        tmp_path / "bin", f"99ffeedd\\tqm-server-old\\trunning\\n0123abcd\\tqm-server\\t{state}\\n"
+    )
     kind, res = run("server_stale", {"container_name": "qm-server", "docker": str(docker)})
     assert res["container"] == {"id": "0123abcd", "name": "qm-server", "state": state}
     if stale:
