@@ -22,6 +22,10 @@ description:
     C(Using network Socket), channels C(via NET/Socket)), on a C(NET/IB) line listing no device or a
     device that is not expected, on a missing expected HCA, and when the deciding lines do not appear
     within O(timeout) seconds (the files are polled, so the module can run while the server starts).
+  - >-
+    While waiting, a fatal engine start-up line (CUDA out of memory, C(Received sigquit from a child
+    process), vLLM C(Engine core initialization failed)) ends the wait at once with a failure: the NCCL
+    lines will never come. It never fails a log whose NCCL lines already decided it.
   - With O(nnodes=1) there is no inter-node transport; the module passes at once and still reports what
     the logs show.
   - Read-only; runs the same in check mode, except that O(dest) is not written (RV(would_write) says
@@ -152,6 +156,7 @@ logs:
       elements: str
     lines_dropped: {description: Evidence lines beyond the cap., type: int}
     warnings: {description: NCCL WARN lines about the network., type: list, elements: str}
+    engine_errors: {description: Fatal engine start-up lines seen (at most 5)., type: list, elements: str}
 expected_hcas:
   description: The expected HCAs after normalisation.
   returned: always

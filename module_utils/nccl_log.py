@@ -48,6 +48,15 @@ _EVIDENCE = re.compile(
     r"NCCL version|NCCL_IB_HCA|NCCL_SOCKET_IFNAME|NCCL_NET|NET/|Using network|Bootstrap ?:"
 )
 
+# Fatal engine start-up lines (SGLang/vLLM/torch): once one appears the NCCL lines will never come, so a
+# pending verdict fails at once instead of waiting for the timeout. Never used to fail a decided log.
+ENGINE_FATAL = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|RuntimeError: Not enough memory|"
+    r"Received sigquit from a child process|Scheduler hit an exception|"
+    r"Engine core initialization failed|EngineCore failed to start"
+)
+MAX_FATAL_LINES = 5
+
 HCA_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 MAX_EVIDENCE_LINES = 200  # lines that decide the verdict (NET/IB, NET/Socket, Using network, WARN)
@@ -159,6 +168,7 @@ class NcclLogFacts:
         self.warnings: list[str] = []
         self.evidence: list[str] = []
         self.evidence_dropped = 0
+        self.engine_errors: list[str] = []
         self._seen_evidence: set[str] = set()
         self._kept = {True: 0, False: 0}
 
@@ -178,6 +188,8 @@ class NcclLogFacts:
         """Take one raw log line (with or without its newline)."""
         rec = parse_line(line)
         if rec is None:
+            if len(self.engine_errors) < MAX_FATAL_LINES and ENGINE_FATAL.search(line):
+                self.engine_errors.append(line.rstrip("\r\n")[:MAX_LINE_CHARS])
             return
         self.nccl_lines += 1
         msg = rec["msg"]
@@ -318,6 +330,8 @@ def judge(facts: NcclLogFacts, expected: list[dict], require: str = "ib", min_pr
             pending.append(
                 f"{len(facts.nets)} process(es) report 'Using network', need {max(1, min_processes)}"
             )
+    if pending and not problems and facts.engine_errors:
+        problems.append(f"server failed before NCCL reported its transport: {facts.engine_errors[0].strip()}")
     state = "fail" if problems else ("pending" if pending else "pass")
     return {"state": state, "problems": problems, "pending": pending}
 
@@ -339,4 +353,5 @@ def summarize(facts: NcclLogFacts) -> dict:
         "lines": list(facts.evidence),
         "lines_dropped": facts.evidence_dropped,
         "warnings": list(facts.warnings),
+        "engine_errors": list(facts.engine_errors),
     }

@@ -326,3 +326,27 @@ def test_channel_lines_cannot_crowd_out_the_deciding_lines():
     kept_ib = [ln for ln in facts.evidence if "NET/IB : Using" in ln]
     assert len(kept_ib) == 8
     assert facts.evidence_dropped == 8 * 40 - 50
+
+
+def test_engine_dying_before_nccl_init_ends_the_wait(run, tmp_path):
+    text = "\n".join(
+        [
+            *SGLANG_HEAD,
+            "[2026-12-02 14:00:07 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+            "capacity of 79.19 GiB of which 1.06 GiB is free.",
+            "[2026-12-02 14:00:08] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    log = write(tmp_path, "head.log", text + "\n")
+    kind, res = run("nccl_transport", {"log": log, "expected_hcas": HCAS, "nnodes": 2, "timeout": 20})
+    assert kind == "fail" and res["waited_s"] < 10
+    assert "server failed before NCCL reported its transport" in res["msg"]
+    assert "Scheduler hit an exception" in res["logs"][0]["engine_errors"][0]
+
+
+def test_engine_error_after_a_decided_ib_verdict_does_not_flip_it(run, tmp_path):
+    text = ib_log() + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB.\n"
+    log = write(tmp_path, "head.log", text)
+    kind, res = run("nccl_transport", {"log": log, "expected_hcas": HCAS, "nnodes": 2, "timeout": 1})
+    assert kind == "exit" and res["logs"][0]["engine_errors"]
