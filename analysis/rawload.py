@@ -56,28 +56,28 @@ class Loaded:
 
 
 def _sanitize_nonfinite(data: bytes) -> bytes | None:
-    """Rewrite bare Infinity/-Infinity/NaN in value position into sentinel strings."""
-    if b"Infinity" not in data and b"NaN" not in data:
+    """Rewrite bare Infinity/-Infinity/NaN in value position into sentinel strings.
+
+    Each token's next position is cached, so the whole buffer is scanned about once per token
+    kind (the files can be hundreds of MB).
+    """
+    n = len(data)
+    nxt = {b"Infinity": data.find(b"Infinity"), b"NaN": data.find(b"NaN")}
+    if nxt[b"Infinity"] < 0 and nxt[b"NaN"] < 0:
         return None
     out: list[bytes] = []
     pos = 0
-    n = len(data)
     changed = False
-    i = 0
     while True:
-        j_inf = data.find(b"Infinity", i)
-        j_nan = data.find(b"NaN", i)
-        cands = [j for j in (j_inf, j_nan) if j >= 0]
-        if not cands:
+        live = [(j, tok) for tok, j in nxt.items() if j >= 0]
+        if not live:
             break
-        j = min(cands)
-        is_inf = j == j_inf
-        tok_len = 8 if is_inf else 3
-        start = j - 1 if is_inf and j > 0 and data[j - 1] == 0x2D else j  # 0x2D = "-"
+        j, tok = min(live)
+        m = j + len(tok)
+        start = j - 1 if tok == b"Infinity" and j > 0 and data[j - 1] == 0x2D else j  # 0x2D = "-"
         k = start - 1
         while k >= 0 and data[k] in _WS:
             k -= 1
-        m = j + tok_len
         e = m
         while e < n and data[e] in _WS:
             e += 1
@@ -86,7 +86,7 @@ def _sanitize_nonfinite(data: bytes) -> bytes | None:
             out.append(b'"__qm_' + data[start:m] + b'__"')
             pos = m
             changed = True
-        i = m
+        nxt[tok] = data.find(tok, m)
     if not changed:
         return None
     out.append(data[pos:])
@@ -106,20 +106,74 @@ def _restore(obj: Any) -> Any:
 
 def parse_json_bytes(data: bytes) -> Any:
     """Parse one JSON document, tolerating Python's Infinity/NaN tokens. Raises ValueError."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as first:
-        fixed = _sanitize_nonfinite(data)
-        if fixed is not None:
-            try:
-                return _restore(orjson.loads(fixed))
-            except orjson.JSONDecodeError:
-                pass
+    fixed = _sanitize_nonfinite(data)
+    if fixed is not None:  # sanitise first: a failed orjson pass over a big file costs real time
+        try:
+            return _restore(orjson.loads(fixed))
+        except orjson.JSONDecodeError:
             try:
                 return json.loads(data)  # stdlib accepts Infinity/NaN natively
             except ValueError:
                 pass
-        raise ValueError(f"{first.msg} at line {first.lineno} column {first.colno}") from None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+# Keys SGLang writes after its summary when --output-details is on (S1: ``result | result_details``).
+_SGLANG_DETAIL_START = b', "input_lens": ['
+_SGLANG_OUTPUT_LENS = b'"output_lens": ['
+_SGLANG_ERRORS = b'"errors": ['
+SUMMARY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
+SUMMARY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
+
+
+def load_sglang_summary(path: str | Path) -> Loaded | None:
+    """Fast path for big SGLang ``--output-details`` files whose summary is complete.
+
+    Decodes the summary head, ``output_lens`` and the trailing ``errors`` list (so completed and
+    failed counts and truncation are still checked: a truncated file has no parseable tail), but
+    not the ``ttfts``/``itls``/``generated_texts`` arrays, which are only needed to recompute
+    figures the client already wrote. Returns None whenever the layout is not exactly that, and
+    the caller falls back to the full decode.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    body = data.rstrip()
+    if not body.startswith(b'{"') or not body.endswith(b"}") or b"\n" in body:
+        return None  # JSONL with several runs, pretty-printed JSON or a log: full path
+    cut = body.find(_SGLANG_DETAIL_START)
+    if cut < 0:
+        return None
+    try:
+        head = parse_json_bytes(body[:cut] + b"}")
+        lens_at = body.find(_SGLANG_OUTPUT_LENS, cut)
+        lens_end = body.find(b"]", lens_at)
+        err_at = body.rfind(_SGLANG_ERRORS)
+        if lens_at < 0 or lens_end < 0 or err_at < lens_end:
+            return None
+        output_lens = orjson.loads(body[lens_at + len(_SGLANG_OUTPUT_LENS) - 1 : lens_end + 1])
+        tail = parse_json_bytes(b"{" + body[err_at:])
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(head, dict) or not isinstance(tail, dict) or not isinstance(output_lens, list):
+        return None
+    if "server_info" not in head and "total_output_tokens_retokenized" not in head:
+        return None
+    if any(
+        not isinstance(head.get(f"{s}_{m}_ms"), int | float) for s in SUMMARY_STATS for m in SUMMARY_METRICS
+    ):
+        return None
+    errors = tail.get("errors")
+    if not isinstance(errors, list) or len(errors) != len(output_lens):
+        return None
+    head["output_lens"] = output_lens
+    head["errors"] = errors
+    return Loaded(head, path, "jsonl-summary", 1, 1)
 
 
 def _looks_like_result(obj: Any) -> bool:

@@ -17,6 +17,7 @@ mean of that request's per-token ITLs. Where each figure came from is kept in ``
 from __future__ import annotations
 
 import math
+import os
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import numpy as np
 
 from analysis.errors import InputError
 from analysis.formats import as_int, detect_format
-from analysis.rawload import Loaded, load_result
+from analysis.rawload import Loaded, load_result, load_sglang_summary
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "median", "std", "p50", "p90", "p95", "p99")
@@ -125,6 +126,7 @@ class BenchData:
         self.main_end_s: float | None = None
         self.first_send_epoch_s: float | None = None
         self.timeline: tuple[np.ndarray, np.ndarray] | None = None  # (epoch s, per-token ITL ms)
+        self.per_request_arrays = "absent"  # present | absent | not decoded (client summary complete)
 
     def row(self) -> dict[str, Any]:
         """Flat dict for summary.csv/jsonl."""
@@ -133,6 +135,7 @@ class BenchData:
         out.update(self.stats)
         out.update({f"{m}_source": self.sources.get(m, "missing") for m in METRICS})
         out["reliable"] = self.reliable
+        out["per_request_arrays"] = self.per_request_arrays
         return out
 
 
@@ -340,6 +343,10 @@ def normalise(loaded: Loaded, want_requests: bool = False) -> BenchData:
         val = next((v for k in keys if (v := _num(obj.get(k))) is not None), None)
         data.scalars[name] = val * factor if val is not None else None
     arrays = _Arrays(obj, path, fmt)
+    if loaded.layout == "jsonl-summary":
+        data.per_request_arrays = "not decoded (client summary complete)"
+    elif any(isinstance(obj.get(k), list) and obj[k] for k in ("ttfts", "itls", "latencies", "requests")):
+        data.per_request_arrays = "present"
     if data.scalars["completed"] is None:
         raise InputError(
             path, "field 'completed'", "missing or not a number; expected the completed request count"
@@ -377,8 +384,20 @@ def normalise(loaded: Loaded, want_requests: bool = False) -> BenchData:
     return data
 
 
+FULL_DECODE_ENV = "QUICKMAP_ANALYSIS_FULL_DECODE"
+
+
 def read_bench(path: str | Path, want_requests: bool = False) -> BenchData:
-    """Load and normalise one result file (InputError on anything malformed)."""
+    """Load and normalise one result file (InputError on anything malformed).
+
+    Without ``want_requests`` a complete SGLang summary is taken without decoding its per-request
+    arrays (see :func:`analysis.rawload.load_sglang_summary`); set QUICKMAP_ANALYSIS_FULL_DECODE=1
+    to always decode everything.
+    """
+    if not want_requests and os.environ.get(FULL_DECODE_ENV) != "1":
+        fast = load_sglang_summary(path)
+        if fast is not None:
+            return normalise(fast, False)
     return normalise(load_result(path), want_requests)
 
 

@@ -35,7 +35,7 @@ from analysis.stats import (
 SUMMARY_COLUMNS = [
     "suite", "case_id", "role", "rep", "stage", "status", "error_type", "reason", "status_note",
     "isl", "osl", "concurrency", "num_prompts", "warmup",
-    "source_format", "bench_file", "runs_in_file", "reliable",
+    "source_format", "bench_file", "runs_in_file", "reliable", "per_request_arrays",
     "completed", "failed", "duration_s", "total_input_tokens", "total_output_tokens",
     "request_throughput", "input_throughput", "output_throughput", "total_throughput",
     *[f"{m}_{s}_ms" for m in METRICS for s in STATS],
@@ -73,13 +73,19 @@ def _read_one(job: tuple[str, bool]) -> BenchData | tuple[str | None, str | None
 
 
 def _read_all(jobs: list[tuple[str, bool]]) -> list[BenchData | tuple[str | None, str | None, str]]:
+    """Read every result file; with many files, in two worker processes (the box has 2 cores)
+    while this process imports matplotlib, which it needs next anyway."""
     workers = min(2, os.cpu_count() or 1)
     if len(jobs) < PARALLEL_MIN_FILES or workers < 2:
         return [_read_one(j) for j in jobs]
     import multiprocessing
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_read_one, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+        results = pool.map(_read_one, jobs, chunksize=max(1, len(jobs) // (workers * 4)))
+        from analysis import plots
+
+        plots.warm_up()
+        return list(results)
 
 
 def _meta_int(meta: dict[str, Any], key: str) -> int | None:

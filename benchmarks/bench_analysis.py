@@ -1,0 +1,144 @@
+"""Speed benchmark for ``python -m analysis summarize`` (a script, not a timed test).
+
+Builds a synthetic run of 100 cases x 10,000 requests in SGLang's ``--output-details`` JSONL
+format (each request with 32 per-token ITLs, ``request_rate: Infinity`` as SGLang writes it),
+then runs ``summarize`` as a subprocess several times and reports wall time and peak RSS of the
+child (``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``, the largest descendant).
+
+Target (issue 2): <= 6 s and <= 2 GiB, plots and report included.
+
+    .venv/bin/python benchmarks/bench_analysis.py [--cases 100] [--requests 10000] [--repeats 3] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_S = 6.0
+TARGET_RSS_GIB = 2.0
+
+
+def sglang_detailed(rng: np.random.Generator, n: int, n_itl: int, conc: int) -> bytes:
+    """One SGLang JSONL line with summary keys (ms) and detail arrays (s)."""
+    ttfts = rng.gamma(8.0, 0.01, n)
+    itls = rng.gamma(30.0, 0.0003, (n, n_itl))
+    lat = ttfts + itls.sum(axis=1)
+    tpot = itls.mean(axis=1)
+    dur = float(lat.sum() / conc)
+    osl = n_itl + 1
+    obj: dict[str, object] = {
+        "tag": None, "backend": "sglang", "dataset_name": "random", "request_rate": "__INF__",
+        "max_concurrency": conc, "sharegpt_output_len": None, "random_input_len": 1024,
+        "random_output_len": osl, "random_range_ratio": 1.0, "server_info": None,
+        "duration": dur, "completed": n, "total_input_tokens": 1024 * n,
+        "total_input_text_tokens": 1024 * n, "total_input_vision_tokens": 0,
+        "total_output_tokens": osl * n, "total_output_tokens_retokenized": osl * n,
+        "request_throughput": n / dur, "input_throughput": 1024 * n / dur,
+        "output_throughput": osl * n / dur, "total_throughput": (1024 + osl) * n / dur,
+    }  # fmt: skip
+    for name, arr in (("e2e_latency", lat), ("ttft", ttfts), ("tpot", tpot), ("itl", itls.ravel())):
+        ms = arr * 1000.0
+        obj[f"mean_{name}_ms"] = float(ms.mean())
+        obj[f"median_{name}_ms"] = float(np.median(ms))
+        obj[f"std_{name}_ms"] = float(ms.std())
+        for q in (90, 95, 99):
+            obj[f"p{q}_{name}_ms"] = float(np.percentile(ms, q))
+    obj.update(concurrency=float(conc), accept_length=None, max_output_tokens_per_s=0.0)
+    obj.update(max_concurrent_requests=conc, input_lens=[1024] * n, output_lens=[osl] * n)
+    obj.update(ttfts=ttfts.tolist(), itls=itls.tolist(), generated_texts=[""] * n, errors=[""] * n)
+    # SGLang writes json.dumps(...): ", " / ": " separators and the bare token Infinity. orjson is
+    # ~10x faster; no string here holds "," or ":", so widening the separators gives identical bytes.
+    raw = orjson.dumps(obj).replace(b",", b", ").replace(b'":', b'": ')
+    return raw.replace(b'"__INF__"', b"Infinity") + b"\n"
+
+
+def build_run(root: Path, cases: int, requests: int, n_itl: int) -> Path:
+    run = root / "bench_run"
+    rng = np.random.default_rng(2026)
+    (run / "cases").mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"run_id": "bench_run", "model": "synthetic"}))
+    for i in range(cases):
+        conc = (1, 16, 32, 64, 128)[i % 5]
+        d = run / "cases" / f"case{i:03d}_c{conc}" / "rep1"
+        d.mkdir(parents=True)
+        (d / "bench.json").write_bytes(sglang_detailed(rng, requests, n_itl, conc))
+        meta = {"case_id": d.parent.name, "suite": "fixed", "rep": 1, "stage": "short_decode", "isl": 1024,
+                "osl": n_itl + 1, "concurrency": conc, "num_prompts": requests, "warmup": 0,
+                "status": "completed"}  # fmt: skip
+        (d / "meta.json").write_text(json.dumps(meta))
+    return run
+
+
+def measure(run: Path, full_decode: bool) -> tuple[float, float]:
+    code = (
+        "import resource,subprocess,sys,time;"
+        "t=time.perf_counter();"
+        f"r=subprocess.run([sys.executable,'-m','analysis','summarize',{str(run)!r}],capture_output=True);"
+        "w=time.perf_counter()-t;"
+        "print(r.returncode,w,resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    for name in ("summary.csv", "summary.jsonl", "aggregate.csv", "report.md"):
+        (run / name).unlink(missing_ok=True)
+    shutil.rmtree(run / "plots", ignore_errors=True)
+    env = {**os.environ, "QUICKMAP_ANALYSIS_FULL_DECODE": "1" if full_decode else "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env
+    )
+    rc, wall, rss_kib = out.stdout.split()
+    if int(rc) != 0:
+        raise SystemExit("summarize failed")
+    if not (run / "report.md").is_file() or not any((run / "plots").glob("*.png")):
+        raise SystemExit("summarize did not write report.md and plots")
+    return float(wall), int(rss_kib) / (1024 * 1024)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=100)
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--itls", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--keep", type=Path, default=None, help="build the run here and keep it")
+    ap.add_argument(
+        "--full-decode", action="store_true", help="decode every per-request array (no fast path)"
+    )
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="qm_bench_analysis_")) if args.keep is None else args.keep
+    try:
+        t = time.perf_counter()
+        run = build_run(tmp, args.cases, args.requests, args.itls)
+        size = sum(p.stat().st_size for p in run.rglob("bench.json")) / 2**20
+        print(f"built {args.cases} cases x {args.requests} requests x {args.itls} ITLs "
+              f"({size:.0f} MiB of JSONL) in {time.perf_counter() - t:.1f} s")  # fmt: skip
+        walls, rsss = [], []
+        for i in range(args.repeats):
+            wall, rss = measure(run, args.full_decode)
+            walls.append(wall)
+            rsss.append(rss)
+            print(f"run {i + 1}: summarize {wall:.2f} s, peak RSS {rss:.2f} GiB")
+        med_w, med_r = statistics.median(walls), statistics.median(rsss)
+        ok = med_w <= TARGET_S and max(rsss) <= TARGET_RSS_GIB
+        verdict = "PASS" if ok else "FAIL"
+        print(f"median of {args.repeats}: {med_w:.2f} s (target <= {TARGET_S} s), peak RSS median "
+              f"{med_r:.2f} GiB, max {max(rsss):.2f} GiB (<= {TARGET_RSS_GIB} GiB): {verdict}")  # fmt: skip
+        return 0 if ok else 1
+    finally:
+        if args.keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
