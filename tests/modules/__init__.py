@@ -1,0 +1,1 @@
+"""Unit and Ansible-load tests of the custom modules in library/."""
