@@ -56,6 +56,7 @@ ENGINE_FATAL = re.compile(
     r"Engine core initialization failed|EngineCore failed to start"
 )
 MAX_FATAL_LINES = 5
+_FATAL_HINTS = ("memory", "Memory", "sigquit", "exception", "Engine")  # cheap filter before the regex
 
 HCA_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -186,9 +187,13 @@ class NcclLogFacts:
 
     def feed(self, line: str) -> None:
         """Take one raw log line (with or without its newline)."""
-        rec = parse_line(line)
+        rec = parse_line(line) if "NCCL " in line else None  # substring test first: logs are mostly not NCCL
         if rec is None:
-            if len(self.engine_errors) < MAX_FATAL_LINES and ENGINE_FATAL.search(line):
+            if (
+                len(self.engine_errors) < MAX_FATAL_LINES
+                and any(h in line for h in _FATAL_HINTS)
+                and ENGINE_FATAL.search(line)
+            ):
                 self.engine_errors.append(line.rstrip("\r\n")[:MAX_LINE_CHARS])
             return
         self.nccl_lines += 1
