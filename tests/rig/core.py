@@ -157,9 +157,9 @@ class Rig:
             LC_ALL="C.UTF-8",
             LANG="C.UTF-8",
             PATH=f"{VENV_PYTHON.parent}:{env.get('PATH', '/usr/bin:/bin')}",
-            ANSIBLE_PIPELINING="True",
+            # Pipelining and ControlPersist come from the project's ansible.cfg (what users run); the rig
+            # only confines the master sockets to its own dir so teardown can close exactly these.
             ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.control_path_dir),
-            ANSIBLE_SSH_ARGS="-o ControlMaster=auto -o ControlPersist=120s",
             ANSIBLE_HOST_KEY_CHECKING="True",
             ANSIBLE_NOCOLOR="1",
             ANSIBLE_FORCE_COLOR="0",
@@ -291,6 +291,16 @@ class Rig:
             f"exec '{VENV_PYTHON}' '{shim}' \"$@\"\n"
         )
         wrapper.chmod(0o755)
+        smi = host.bin_dir / "nvidia_smi_shim.py"
+        shutil.copyfile(Path(__file__).with_name("nvidia_smi_shim.py"), smi)
+        smi_wrapper = host.bin_dir / "nvidia-smi"
+        smi_wrapper.write_text(
+            "#!/bin/sh\n"
+            "# quickmap rig: nvidia-smi stand-in (GPUs busy while a shim container runs); see tests/rig\n"
+            f"export QM_SHIM_HOME='{host.docker_home}'\n"
+            f"exec /usr/bin/python3 '{smi}' \"$@\"\n"
+        )
+        smi_wrapper.chmod(0o755)
 
     # ------------------------------------------------------------------------------------ down
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 DUAL = Path(__file__).resolve().parents[2] / "inventory" / "dual"
 # The small case subset the rig runs by default (ids from scenarios/quick_map.tsv); -e case_ids wins.
-DEFAULT_CASES = os.environ.get("QM_RIG_CASES", "")
+DEFAULT_CASES = os.environ.get("QM_RIG_CASES", "cold_prefill_4k,short_decode_c1")
 # enginesim speed-up on the rig (0.02 = 50x faster than the modelled hardware).
 TIME_SCALE = os.environ.get("QM_RIG_TIME_SCALE", "0.02")
 # The model as the engine sees it (enginesim catalogue name) and its stand-in directory on each host.
@@ -112,7 +112,9 @@ def host_overrides(rig: Rig, role: str) -> dict:
         "engine_model_host_path": str(model_dir),
         "engine_cache_host_dir": str(host.path / "models"),
         "engine_served_model_name": "",
-        "engine_env": {"ENGINESIM_TIME_SCALE": TIME_SCALE, "ENGINESIM_IB_DIR": str(host.ib_dir)},
+        # enginesim knobs reach the rank as docker -e variables, like any engine environment.
+        "rig_time_scale": "{{ time_scale | default('" + TIME_SCALE + "') }}",
+        "engine_env": {"ENGINESIM_TIME_SCALE": "{{ rig_time_scale }}", "ENGINESIM_IB_DIR": str(host.ib_dir)},
         "engine_start_timeout_s": 90,
         "bench_tokenizer": MODEL,
         "bench_timeout_s": 120,
