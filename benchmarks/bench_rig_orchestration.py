@@ -12,7 +12,7 @@ project's ansible.cfg), runs the fixed suite with ansible-runner and reads its j
 
 Prints one line per case and the median overhead (medians: the box is shared, single runs are noisy).
 
-    sudo-capable shell:  .venv/bin/python benchmarks/bench_rig_orchestration.py [--cases a,b] [--repetitions N]
+    as root:  .venv/bin/python benchmarks/bench_rig_orchestration.py [--cases a,b] [--repetitions N]
 """
 
 from __future__ import annotations
