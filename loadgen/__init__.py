@@ -1,1 +1,3 @@
-"""loadgen package."""
+"""loadgen: the quickmap benchmark client (see loadgen/README.md)."""
+
+__version__ = "0.1.0"

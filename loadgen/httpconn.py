@@ -1,0 +1,318 @@
+"""A minimal HTTP/1.1 client connection on asyncio.Protocol, built for timing accuracy.
+
+Why not httpx/aiohttp: the loadgen benchmark (README.md) showed that their per-chunk overhead
+(stream readers, futures, header objects) delays the read of other streams' events by milliseconds
+at high concurrency, which is exactly the error we must not have. This client does the least work
+possible when bytes arrive: one ``perf_counter_ns`` call first, then de-chunking and SSE framing by
+``bytes.find``; JSON decoding is left to the backend (usually after the request is finished).
+
+One ``Conn`` carries one request at a time (keep-alive, no pipelining). A request object (see
+``worker.Req``) is handed over with ``send``; the connection calls ``req.on_event(t_ns, payload)``
+for each complete SSE ``data:`` payload, and ``owner.request_done(conn, req)`` once the response is
+over (or failed; ``req.error_class``/``req.error`` are set then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from time import perf_counter_ns
+
+# response parser states
+_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _IDLE = range(8)
+
+MAX_ERROR_BODY = 2000
+
+
+def build_request(method: str, host: str, path: str, body: bytes | None, extra_headers: str = "") -> bytes:
+    """Serialize one HTTP/1.1 request (headers + body) so sending is a single write."""
+    head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: loadgen\r\nAccept: */*\r\n"
+    if body is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    head += extra_headers + "\r\n"
+    return head.encode("latin-1") + (body or b"")
+
+
+class Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection with an incremental response + SSE parser."""
+
+    __slots__ = (
+        "_buf",
+        "_close_after",
+        "_is_sse",
+        "_rem",
+        "_sbuf",
+        "_state",
+        "body_parts",
+        "closed",
+        "got_bytes",
+        "owner",
+        "req",
+        "transport",
+    )
+
+    def __init__(self, owner) -> None:
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self.req = None
+        self.closed = False
+        self._state = _IDLE
+        self._buf = b""
+        self._sbuf = b""
+        self._rem = 0
+        self._is_sse = False
+        self._close_after = False
+        self.body_parts: list[bytes] = []
+        self.got_bytes = False
+
+    # -- asyncio callbacks -------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        req = self.req
+        if req is None:
+            self.owner.conn_closed(self)
+            return
+        if self._state == _UNTIL_CLOSE:
+            self._finish()
+        elif req.error_class is None:
+            if not self.got_bytes:
+                req.error_class = "connection"
+                req.error = f"connection closed before any response byte: {exc or 'EOF'}"
+            else:
+                req.error_class = "stream_cut"
+                req.error = f"connection closed mid-response: {exc or 'EOF'}"
+            self._finish()
+        else:
+            self._finish()
+        self.owner.conn_closed(self)
+
+    def eof_received(self):
+        return False  # close the transport; connection_lost does the accounting
+
+    # -- sending -------------------------------------------------------------------------------
+    def send(self, req, payload: bytes) -> None:
+        """Hand one request to the socket; ``req.send_ns`` is stamped right before the write."""
+        self.req = req
+        self._state = _HEAD
+        self._buf = b""
+        self._sbuf = b""
+        self._rem = 0
+        self._is_sse = False
+        self._close_after = False
+        self.body_parts = []
+        self.got_bytes = False
+        req.send_ns = perf_counter_ns()
+        self.transport.write(payload)
+
+    def fail(self, error_class: str, error: str) -> None:
+        """Abort the in-flight request (timeout, cancel): the connection is dropped, not reused."""
+        req = self.req
+        if req is not None and req.error_class is None:
+            req.error_class = error_class
+            req.error = error
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- receiving -----------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        t = perf_counter_ns()
+        req = self.req
+        if req is None:
+            return  # bytes on an idle connection: ignore (a later request would fail cleanly)
+        self.got_bytes = True
+        if req.first_byte_ns == 0:
+            req.first_byte_ns = t
+        try:
+            self._feed(data, t)
+        except ValueError as exc:  # malformed HTTP framing
+            if req.error_class is None:
+                req.error_class = "server_error"
+                req.error = f"malformed HTTP response: {exc}"
+            self._close_after = True
+            self._finish()
+
+    def _feed(self, data: bytes, t: int) -> None:
+        state = self._state
+        if state == _HEAD:
+            buf = self._buf + data
+            he = buf.find(b"\r\n\r\n")
+            if he < 0:
+                if len(buf) > 65536:
+                    raise ValueError("response header larger than 64 KiB")
+                self._buf = buf
+                return
+            self._parse_head(buf[:he])
+            data = buf[he + 4 :]
+            self._buf = b""
+            state = self._state
+            if state == _LENGTH and self._rem == 0:
+                self._finish()
+                return
+            if not data:
+                return
+        if state == _LENGTH:
+            n = len(data)
+            rem = self._rem
+            if n >= rem:
+                if rem:
+                    self._body(data[:rem], t)
+                self._rem = 0
+                self._finish()
+            else:
+                self._body(data, t)
+                self._rem = rem - n
+            return
+        if state == _UNTIL_CLOSE:
+            self._body(data, t)
+            return
+        if state in (_CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER):
+            self._chunked(data, t)
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+            raise ValueError(f"bad status line {lines[0][:80]!r}")
+        status = int(parts[1])
+        req = self.req
+        req.http_status = status
+        req.header_ns = perf_counter_ns()
+        chunked = False
+        length = None
+        ctype = b""
+        conn_hdr = b""
+        for line in lines[1:]:
+            k, _, v = line.partition(b":")
+            k = k.strip().lower()
+            if k == b"transfer-encoding":
+                chunked = b"chunked" in v.lower()
+            elif k == b"content-length":
+                length = int(v.strip())
+            elif k == b"content-type":
+                ctype = v.strip().lower()
+            elif k == b"connection":
+                conn_hdr = v.strip().lower()
+        self._close_after = conn_hdr == b"close" or (parts[0] == b"HTTP/1.0" and conn_hdr != b"keep-alive")
+        self._is_sse = status == 200 and ctype.startswith(b"text/event-stream")
+        if chunked:
+            self._state = _CHUNK_SIZE
+        elif length is not None:
+            self._state = _LENGTH
+            self._rem = length
+        else:
+            self._state = _UNTIL_CLOSE
+            self._close_after = True
+
+    def _chunked(self, data: bytes, t: int) -> None:
+        buf = self._buf + data if self._buf else data
+        pos = 0
+        n = len(buf)
+        state = self._state
+        while pos < n:
+            if state == _CHUNK_DATA:
+                rem = self._rem
+                end = pos + rem
+                if end <= n:
+                    self._body(buf[pos:end], t)
+                    pos = end
+                    state = _CHUNK_CRLF
+                else:
+                    self._body(buf[pos:], t)
+                    self._rem = rem - (n - pos)
+                    pos = n
+                continue
+            if state == _CHUNK_CRLF:
+                if n - pos < 2:
+                    break
+                pos += 2
+                state = _CHUNK_SIZE
+                continue
+            le = buf.find(b"\r\n", pos)
+            if le < 0:
+                if n - pos > 4096:
+                    raise ValueError("chunk header too long")
+                break
+            if state == _TRAILER:
+                if le == pos:  # empty line: the response is over
+                    self._buf = b""
+                    self._state = _IDLE
+                    self._finish()
+                    return
+                pos = le + 2
+                continue
+            size = int(buf[pos:le].split(b";", 1)[0], 16)
+            pos = le + 2
+            if size == 0:
+                state = _TRAILER
+            else:
+                self._rem = size
+                state = _CHUNK_DATA
+        self._state = state
+        self._buf = buf[pos:] if pos < n else b""
+
+    def _body(self, piece: bytes, t: int) -> None:
+        if not self._is_sse:
+            self.body_parts.append(piece)
+            return
+        sbuf = self._sbuf + piece if self._sbuf else piece
+        if b"\r" in sbuf:
+            sbuf = sbuf.replace(b"\r\n", b"\n")
+        req = self.req
+        start = 0
+        while True:
+            end = sbuf.find(b"\n\n", start)
+            if end < 0:
+                break
+            block = sbuf[start:end]
+            start = end + 2
+            if block.startswith(b"data: ") and b"\n" not in block:
+                payload = block[6:]
+            else:
+                datas = [ln[5:].removeprefix(b" ") for ln in block.split(b"\n") if ln.startswith(b"data:")]
+                if not datas:
+                    continue  # comment / event: / id: lines only
+                payload = b"\n".join(datas)
+            if payload == b"[DONE]":
+                req.done_seen = True
+                continue
+            req.on_event(t, payload)
+        self._sbuf = sbuf[start:] if start < len(sbuf) else b""
+
+    def _finish(self) -> None:
+        req = self.req
+        if req is None:
+            return
+        self.req = None
+        self._state = _IDLE
+        req.end_ns = perf_counter_ns()
+        if req.error_class is None:
+            if req.http_status != 200:
+                body = b"".join(self.body_parts)[:MAX_ERROR_BODY]
+                req.error_class = "http_status"
+                req.error = f"HTTP {req.http_status}: {body.decode('utf-8', 'replace').strip()}"
+            elif not self._is_sse:
+                req.on_body(b"".join(self.body_parts), req.end_ns)
+            elif self._sbuf.strip():
+                # an unterminated last event: still data the server sent
+                tail = self._sbuf.strip()
+                self._sbuf = b""
+                if tail.startswith(b"data:"):
+                    p = tail[5:].strip()
+                    if p == b"[DONE]":
+                        req.done_seen = True
+                    else:
+                        req.on_event(req.end_ns, p)
+        self.body_parts = []
+        keep = not (self._close_after or self.closed or req.error_class in ("timeout", "cancelled"))
+        if not keep and not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+        self.owner.request_done(self, req)

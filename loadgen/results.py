@@ -1,0 +1,312 @@
+"""Per-request records and the summary (schema "quickmap.loadgen/1", contracts.md §3).
+
+Definitions (also in README.md and stated in the output's ``definitions``):
+  TTFT   = first content-bearing event received - request handed to the socket (send)
+  E2E    = last content-bearing event received - send
+  TPOT   = (E2E - TTFT) / (output_tokens - 1), per request, for output_tokens > 1
+  ITL per event = gap between consecutive content events (*_itl_ms)
+  ITL per token = each gap split evenly over the tokens of the later event (*_itl_per_token_ms,
+                  and ``itls`` in --output-details, like SGLang's native split)
+  queue time    = wait for a concurrency slot (0 without a cap)
+  schedule lag  = send - scheduled - queue time (the client's own lateness)
+Percentiles: linear interpolation (numpy's default), std: population.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+
+DEFINITIONS = {
+    "ttft": "first content event received - request handed to the socket",
+    "e2e_latency": "last content event received - request handed to the socket",
+    "tpot": "(e2e - ttft) / (output_tokens - 1), per request",
+    "itl": "gap between consecutive content events (one sample per event gap)",
+    "itl_per_token": "each event gap split evenly over that event's tokens",
+    "queue_time": "wait for a concurrency slot before sending",
+    "schedule_lag": "send - scheduled - queue_time (client lateness)",
+    "percentiles": "linear interpolation; std is the population std",
+}
+
+
+def pct(sorted_vals: list[float], q: float) -> float | None:
+    """numpy.percentile(..., q) with linear interpolation, on an already sorted list."""
+    n = len(sorted_vals)
+    if n == 0:
+        return None
+    pos = (n - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * frac
+
+
+def summary(vals: list[float]) -> dict[str, float | None]:
+    if not vals:
+        return {k: None for k in ("mean", "median", "std", "p90", "p95", "p99", "max")}
+    s = sorted(vals)
+    mean = math.fsum(s) / len(s)
+    var = math.fsum((x - mean) ** 2 for x in s) / len(s)
+    return {
+        "mean": mean,
+        "median": pct(s, 50),
+        "std": math.sqrt(var),
+        "p90": pct(s, 90),
+        "p95": pct(s, 95),
+        "p99": pct(s, 99),
+        "max": s[-1],
+    }
+
+
+def request_record(rec: tuple, t0_ns: int, details: bool) -> dict:
+    """Turn a worker's raw tuple into the contract's per-request record."""
+    (
+        index,
+        sched,
+        slot,
+        send,
+        end,
+        status,
+        ecls,
+        err,
+        evt,
+        evtok,
+        out_toks,
+        in_toks,
+        src,
+        cached,
+        _first_byte,
+        enq,
+    ) = rec
+    queue_ns = max(slot - enq, 0) if enq else 0
+    lag_ns = max(send - sched - queue_ns, 0) if send else None
+    ok = ecls is None
+    d = {
+        "index": index,
+        "scheduled_s": (sched - t0_ns) / 1e9,
+        "send_s": (send - t0_ns) / 1e9 if send else None,
+        "queue_time_ms": queue_ns / 1e6,
+        "schedule_lag_ms": lag_ns / 1e6 if lag_ns is not None else None,
+        "ttft_ms": (evt[0] - send) / 1e6 if ok and evt else None,
+        "e2e_ms": (evt[-1] - send) / 1e6 if ok and evt else None,
+        "tpot_ms": None,
+        "input_tokens": in_toks,
+        "output_tokens": out_toks if ok else 0,
+        "tokens_source": src,
+        "cached_tokens": cached,
+        "success": ok,
+        "error_class": ecls,
+        "error": err,
+        "http_status": status,
+    }
+    if ok and evt and out_toks > 1:
+        d["tpot_ms"] = (d["e2e_ms"] - d["ttft_ms"]) / (out_toks - 1)
+    if details:
+        d["event_times_s"] = [(t - send) / 1e9 for t in evt]
+        d["event_tokens"] = list(evtok)
+    d["_end_ns"] = end
+    d["_evt"] = evt
+    d["_evtok"] = evtok
+    return d
+
+
+def itl_samples(evt: list[int], evtok: list[int]) -> tuple[list[float], list[float]]:
+    """(per-event gaps, per-token split gaps) in seconds for one request."""
+    per_ev, per_tok = [], []
+    for k in range(1, len(evt)):
+        g = (evt[k] - evt[k - 1]) / 1e9
+        per_ev.append(g)
+        n = evtok[k]
+        if n > 0:
+            per_tok.extend([g / n] * n)
+    return per_ev, per_tok
+
+
+def max_concurrent(intervals: list[tuple[int, int]]) -> int:
+    """Exact peak of overlapping half-open [send, end) intervals (sweep line)."""
+    pts = []
+    for a, b in intervals:
+        pts.append((a, 1))
+        pts.append((b, -1))
+    pts.sort(key=lambda p: (p[0], p[1]))
+    cur = best = 0
+    for _, d in pts:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def build(
+    cfg: dict,
+    main_recs: list[tuple],
+    t0_ns: int,
+    main_start_ns: int,
+    main_over_ns: int,
+    lags_s: list[float],
+    details: bool,
+    complete: bool,
+    lag_limit_ms: float,
+    extra_reasons: list[str],
+) -> dict:
+    """The whole result document from the main phase's raw records."""
+    recs = sorted((request_record(r, t0_ns, details) for r in main_recs), key=lambda d: d["index"])
+    ok = [r for r in recs if r["success"]]
+    ends = [r["_end_ns"] for r in recs if r["_end_ns"]]
+    main_end_ns = max(ends) if ends else main_over_ns
+    duration = max((main_end_ns - main_start_ns) / 1e9, 1e-9)
+    ttfts = [r["ttft_ms"] for r in ok]
+    e2es = [r["e2e_ms"] for r in ok]
+    tpots = [r["tpot_ms"] for r in ok if r["tpot_ms"] is not None]
+    itl_ev, itl_tok, itls_details = [], [], []
+    for r in recs:
+        ev, tok = itl_samples(r["_evt"], r["_evtok"]) if r["success"] else ([], [])
+        itl_ev.extend(ev)
+        itl_tok.extend(tok)
+        itls_details.append(tok)
+    total_in = sum(r["input_tokens"] or 0 for r in ok)
+    total_out = sum(r["output_tokens"] or 0 for r in ok)
+    errors: dict[str, int] = {}
+    for r in recs:
+        if not r["success"]:
+            errors[r["error_class"]] = errors.get(r["error_class"], 0) + 1
+    qt = [r["queue_time_ms"] for r in recs if r["send_s"] is not None]
+    sl = [r["schedule_lag_ms"] for r in recs if r["schedule_lag_ms"] is not None]
+    lag_ms = sorted(x * 1e3 for x in lags_s)
+    sl_sorted = sorted(sl)
+
+    def tri(v: list[float]) -> dict:
+        return {
+            "p50": pct(v, 50) if v else None,
+            "p99": pct(v, 99) if v else None,
+            "max": v[-1] if v else None,
+        }
+
+    reasons = list(extra_reasons)
+    if lag_ms and pct(lag_ms, 99) > lag_limit_ms:
+        reasons.append(f"event-loop lag p99 {pct(lag_ms, 99):.1f} ms > {lag_limit_ms:g} ms")
+    if sl_sorted and pct(sl_sorted, 99) > lag_limit_ms:
+        reasons.append(f"schedule lag p99 {pct(sl_sorted, 99):.1f} ms > {lag_limit_ms:g} ms")
+    res = dict(cfg)
+    res.update(
+        {
+            "complete": complete,
+            "reliable": not reasons,
+            "reliability": {
+                "loop_lag_ms": tri(lag_ms),
+                "schedule_lag_ms": tri(sl_sorted),
+                "reasons": reasons,
+            },
+            "t0_epoch_s": cfg["t0_epoch_s"],
+            "main_start_s": (main_start_ns - t0_ns) / 1e9,
+            "main_end_s": (main_end_ns - t0_ns) / 1e9,
+            "duration": duration,
+            "completed": len(ok),
+            "failed": len(recs) - len(ok),
+            "total_input_tokens": total_in,
+            "total_output_tokens": total_out,
+            "request_throughput": len(ok) / duration,
+            "input_throughput": total_in / duration,
+            "output_throughput": total_out / duration,
+            "total_throughput": (total_in + total_out) / duration,
+        }
+    )
+    for name, vals in (
+        ("ttft", ttfts),
+        ("tpot", tpots),
+        ("itl", [x * 1e3 for x in itl_ev]),
+        ("e2e_latency", e2es),
+    ):
+        s = summary(vals)
+        for k in ("mean", "median", "std", "p90", "p95", "p99"):
+            res[f"{k}_{name}_ms"] = s[k]
+    res["max_itl_ms"] = summary([x * 1e3 for x in itl_ev])["max"]
+    st = summary([x * 1e3 for x in itl_tok])
+    for k in ("mean", "median", "p99"):
+        res[f"{k}_itl_per_token_ms"] = st[k]
+    sq = summary(qt)
+    res["mean_queue_time_ms"], res["p99_queue_time_ms"] = sq["mean"], sq["p99"]
+    ss = summary(sl)
+    res["mean_schedule_lag_ms"], res["p99_schedule_lag_ms"] = ss["mean"], ss["p99"]
+    sends = sorted(r["send_s"] for r in recs if r["send_s"] is not None)
+    res["achieved_request_rate"] = (
+        (len(sends) - 1) / (sends[-1] - sends[0]) if len(sends) > 1 and sends[-1] > sends[0] else None
+    )
+    res["max_concurrent_requests"] = max_concurrent(
+        [(int(r["send_s"] * 1e9), r["_end_ns"] - t0_ns) for r in recs if r["send_s"] is not None]
+    )
+    res["concurrency"] = math.fsum(e2es) / 1e3 / duration if e2es else 0.0
+    res["errors_by_class"] = errors
+    if details:
+        res["input_lens"] = [r["input_tokens"] for r in recs]
+        res["output_lens"] = [r["output_tokens"] for r in recs]
+        res["ttfts"] = [(r["ttft_ms"] or 0.0) / 1e3 for r in recs]
+        res["itls"] = itls_details
+    for r in recs:
+        del r["_end_ns"], r["_evt"], r["_evtok"]
+    res["requests"] = recs
+    res["definitions"] = DEFINITIONS
+    return res
+
+
+def write_atomic(path: str, doc: dict) -> None:
+    """Temp file in the same directory + os.replace, so readers never see half a file."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".loadgen-", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"), allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def banner(res: dict) -> str:
+    """SGLang-style result banner for the log."""
+    rows = [
+        ("Backend:", res["backend"]),
+        ("Traffic request rate:", "inf" if res["request_rate"] is None else res["request_rate"]),
+        ("Max request concurrency:", res["max_concurrency"] or "not set"),
+        ("Successful requests:", res["completed"]),
+        ("Failed requests:", res["failed"]),
+        ("Benchmark duration (s):", f"{res['duration']:.2f}"),
+        ("Total input tokens:", res["total_input_tokens"]),
+        ("Total generated tokens:", res["total_output_tokens"]),
+        ("Request throughput (req/s):", f"{res['request_throughput']:.2f}"),
+        ("Input token throughput (tok/s):", f"{res['input_throughput']:.2f}"),
+        ("Output token throughput (tok/s):", f"{res['output_throughput']:.2f}"),
+        ("Total token throughput (tok/s):", f"{res['total_throughput']:.2f}"),
+        ("Peak concurrent requests:", res["max_concurrent_requests"]),
+    ]
+
+    def f(v):
+        return "n/a" if v is None else f"{v:.2f}"
+
+    out = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
+    out += [f"{a:<40} {b!s:<10}" for a, b in rows]
+    for title, key in (
+        ("End-to-End Latency", "e2e_latency"),
+        ("Time to First Token", "ttft"),
+        ("Time per Output Token (excl. 1st token)", "tpot"),
+        ("Inter-Token Latency (per event)", "itl"),
+    ):
+        out.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))
+        out.append(f"{'Mean ' + key.upper() + ' (ms):':<40} {f(res[f'mean_{key}_ms']):<10}")
+        out.append(f"{'Median ' + key.upper() + ' (ms):':<40} {f(res[f'median_{key}_ms']):<10}")
+        out.append(f"{'P99 ' + key.upper() + ' (ms):':<40} {f(res[f'p99_{key}_ms']):<10}")
+    out.append(f"{'Mean ITL per token (ms):':<40} {f(res['mean_itl_per_token_ms']):<10}")
+    out.append(f"{'Mean queue time (ms):':<40} {f(res['mean_queue_time_ms']):<10}")
+    out.append(f"{'P99 schedule lag (ms):':<40} {f(res['p99_schedule_lag_ms']):<10}")
+    out.append(f"{'Reliable:':<40} {res['reliable']!s:<10}")
+    for r in res["reliability"]["reasons"]:
+        out.append(f"  unreliable: {r}")
+    if res["errors_by_class"]:
+        out.append(f"{'Errors by class:':<40} {res['errors_by_class']}")
+    out.append("=" * 50)
+    return "\n".join(out)

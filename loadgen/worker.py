@@ -1,0 +1,355 @@
+"""One load-generating worker: an event loop that owns a share of the connections and requests.
+
+The parent process (runner.py) forks N of these so that reading thousands of streams is not bound
+to one Python thread. Each worker pre-opens its connections, then waits for "go" with an absolute
+start time (``perf_counter_ns`` is CLOCK_MONOTONIC, shared by all processes on the host), sends
+every request at its scheduled absolute time (no drift), holds its share of the concurrency cap,
+and returns raw timing records. JSON decoding of the streams happens after the phase unless the
+stored events grow past a memory budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import signal
+from collections import deque
+from time import perf_counter, perf_counter_ns
+
+from .backends import Req, make_req
+from .httpconn import Conn
+
+# keep stored raw events below this many bytes per worker; past it, parse at request completion
+RAW_EVENT_BUDGET = 256 * 1024 * 1024
+LAG_INTERVAL_S = 0.005
+
+
+class WorkerSpec:
+    """Everything one worker needs; inherited through fork, never pickled."""
+
+    def __init__(
+        self,
+        wid: int,
+        host: str,
+        port: int,
+        backend: str,
+        cap: int | None,
+        timeout_s: float,
+        warm: list[tuple],
+        main: list[tuple],
+        use_uvloop: bool = True,
+    ) -> None:
+        self.wid = wid
+        self.host = host
+        self.port = port
+        self.backend = backend
+        self.cap = cap
+        self.timeout_s = timeout_s
+        self.warm = warm  # (index, sched_offset_ns, payload, input_len, output_len)
+        self.main = main
+        self.use_uvloop = use_uvloop
+
+
+def record_of(req: Req) -> tuple:
+    """The picklable result of one request (see runner.request_record for the field meaning)."""
+    return (
+        req.index,
+        req.sched_ns,
+        req.slot_ns,
+        req.send_ns,
+        req.end_ns,
+        req.http_status,
+        req.error_class,
+        req.error,
+        req.ev_times,
+        req.event_tokens,
+        req.output_tokens,
+        req.input_tokens,
+        req.tokens_source,
+        req.cached_tokens,
+        req.first_byte_ns,
+        req.enq_ns,
+    )
+
+
+class Worker:
+    """Dispatches requests on absolute time over a pool of keep-alive connections."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.loop = asyncio.get_running_loop()
+        self.idle: list[Conn] = []
+        self.all_conns: set[Conn] = set()
+        self.inflight = 0
+        self.inflight_reqs: set[Req] = set()
+        self.ready: deque[Req] = deque()
+        self.finished: list[Req] = []
+        self.ndone = 0
+        self.nstarted = 0
+        self.total = 0
+        self.dispatch_over = False
+        self.stopping = False
+        self.phase_fut: asyncio.Future | None = None
+        self.raw_bytes = 0
+        self.parse_now = False
+        self.lags: list[float] = []
+        self.new_conns_during_phase = 0
+
+    # -- connections ---------------------------------------------------------------------------
+    async def _open(self) -> Conn:
+        _, conn = await self.loop.create_connection(lambda: Conn(self), self.spec.host, self.spec.port)
+        self.all_conns.add(conn)
+        return conn
+
+    async def open_pool(self, n: int) -> tuple[int, str | None]:
+        """Pre-open ``n`` connections (so no connect happens inside a measured request)."""
+        sem = asyncio.Semaphore(128)
+        err: list[str] = []
+
+        async def one() -> None:
+            async with sem:
+                try:
+                    conn = await asyncio.wait_for(self._open(), self.spec.timeout_s)
+                    self.idle.append(conn)
+                except (TimeoutError, OSError) as exc:
+                    err.append(f"{type(exc).__name__}: {exc}")
+
+        await asyncio.gather(*(one() for _ in range(n)))
+        return len(self.idle), (err[0] if err else None)
+
+    def conn_closed(self, conn: Conn) -> None:
+        self.all_conns.discard(conn)
+        with contextlib.suppress(ValueError):
+            self.idle.remove(conn)
+
+    # -- requests ------------------------------------------------------------------------------
+    def _start(self, req: Req) -> None:
+        req.slot_ns = perf_counter_ns()
+        self.inflight += 1
+        self.nstarted += 1
+        self.inflight_reqs.add(req)
+        req.timer = self.loop.call_later(self.spec.timeout_s, self._timeout, req)
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                req.conn = conn
+                conn.send(req, req.payload)
+                return
+        self.new_conns_during_phase += 1
+        self.loop.create_task(self._open_and_send(req))
+
+    async def _open_and_send(self, req: Req) -> None:
+        try:
+            remaining = self.spec.timeout_s - (perf_counter_ns() - req.slot_ns) / 1e9
+            conn = await asyncio.wait_for(self._open(), max(remaining, 0.001))
+        except (TimeoutError, OSError) as exc:
+            req.error_class = "timeout" if isinstance(exc, asyncio.TimeoutError) else "connection"
+            req.error = f"connect failed: {type(exc).__name__}: {exc}"
+            req.send_ns = req.end_ns = perf_counter_ns()
+            self.request_done(None, req)
+            return
+        if req.error_class is not None:  # cancelled while connecting
+            req.send_ns = req.end_ns = perf_counter_ns()
+            self.idle.append(conn)
+            self.request_done(None, req)
+            return
+        req.conn = conn
+        conn.send(req, req.payload)
+
+    def _timeout(self, req: Req) -> None:
+        req.timer = None
+        conn = req.conn
+        msg = f"no complete response within --request-timeout {self.spec.timeout_s:g} s"
+        if conn is not None:
+            conn.fail("timeout", msg)
+        elif req.error_class is None:
+            req.error_class = "timeout"
+            req.error = msg
+
+    def request_done(self, conn: Conn | None, req: Req) -> None:
+        """Called by a connection when its request is over (success or failure)."""
+        if req.timer is not None:
+            req.timer.cancel()
+            req.timer = None
+        req.conn = None
+        req.payload = b""
+        self.inflight -= 1
+        self.ndone += 1
+        self.inflight_reqs.discard(req)
+        if conn is not None and not conn.closed:
+            self.idle.append(conn)
+        if self.parse_now:
+            req.analyse()
+        else:
+            self.raw_bytes += 300 * len(req.events)
+            if self.raw_bytes > RAW_EVENT_BUDGET:
+                self.parse_now = True
+                for r in self.finished:
+                    if r.events:
+                        r.analyse()
+                req.analyse()
+        self.finished.append(req)
+        cap = self.spec.cap
+        ready = self.ready
+        while ready and not self.stopping and (cap is None or self.inflight < cap):
+            self._start(ready.popleft())
+        self._check_over()
+
+    def _check_over(self) -> None:
+        fut = self.phase_fut
+        if fut is None or fut.done() or not self.dispatch_over or self.inflight:
+            return
+        if self.stopping or (self.ndone >= self.total and not self.ready):
+            fut.set_result(None)
+
+    def stop(self) -> None:
+        """Ctrl-C: stop dispatching, cancel what is in flight (recorded as 'cancelled')."""
+        self.stopping = True
+        self.ready.clear()
+        for req in list(self.inflight_reqs):
+            if req.conn is not None:
+                req.conn.fail("cancelled", "interrupted by the user")
+            elif req.error_class is None:
+                req.error_class = "cancelled"
+                req.error = "interrupted by the user"
+        self._check_over()
+
+    async def _lag_monitor(self) -> None:
+        lags = self.lags
+        target = perf_counter() + LAG_INTERVAL_S
+        while True:
+            await asyncio.sleep(max(target - perf_counter(), 0.0))
+            now = perf_counter()
+            lags.append(now - target)
+            target = now + LAG_INTERVAL_S
+
+    async def run_phase(self, items: list[tuple], start_ns: int) -> tuple[list[tuple], list[float], int]:
+        """Send ``items`` on their schedule from ``start_ns``; return (records, loop lags, new conns)."""
+        backend = self.spec.backend
+        reqs = []
+        for index, off, payload, ilen, olen in items:
+            r = make_req(backend, index, payload, ilen, olen)
+            r.sched_ns = start_ns + off
+            reqs.append(r)
+        self.finished = []
+        self.ndone = self.nstarted = 0
+        self.total = len(reqs)
+        self.dispatch_over = False
+        self.phase_fut = self.loop.create_future()
+        self.lags = []
+        self.new_conns_during_phase = 0
+        self.raw_bytes = 0
+        self.parse_now = False
+        mon = self.loop.create_task(self._lag_monitor())
+        gc_was = gc.isenabled()
+        gc.disable()  # a collection pause would land in some stream's timestamps
+        try:
+            cap = self.spec.cap
+            for r in reqs:
+                if self.stopping:
+                    break
+                delay = r.sched_ns - perf_counter_ns()
+                while delay > 0 and not self.stopping:  # uvloop timers may fire up to 1 ms early
+                    await asyncio.sleep(delay / 1e9)
+                    delay = r.sched_ns - perf_counter_ns()
+                if self.stopping:
+                    break
+                if cap is not None and (self.inflight >= cap or self.ready):
+                    r.enq_ns = perf_counter_ns()
+                    self.ready.append(r)
+                else:
+                    self._start(r)
+            if self.stopping:
+                self.total = self.nstarted
+            self.dispatch_over = True
+            self._check_over()
+            await self.phase_fut
+        finally:
+            mon.cancel()
+            if gc_was:
+                gc.enable()
+        for r in self.finished:
+            if r.events:
+                r.analyse()
+        recs = [record_of(r) for r in self.finished]
+        self.finished = []
+        return recs, self.lags, self.new_conns_during_phase
+
+    def close(self) -> None:
+        for c in list(self.all_conns):
+            if c.transport is not None:
+                c.transport.close()
+
+
+async def _serve(spec: WorkerSpec, pipe) -> None:
+    loop = asyncio.get_running_loop()
+    worker = Worker(spec)
+    inbox: asyncio.Queue = asyncio.Queue()
+
+    def on_pipe() -> None:
+        try:
+            while pipe.poll():
+                msg = pipe.recv()
+                if msg[0] == "stop":
+                    worker.stop()
+                inbox.put_nowait(msg)
+        except (EOFError, OSError):
+            worker.stop()
+            inbox.put_nowait(("exit",))
+            loop.remove_reader(pipe.fileno())
+
+    loop.add_reader(pipe.fileno(), on_pipe)
+    # the loop made the socketpair non-blocking; big result messages need blocking sends (reads
+    # only happen after poll() said data is there)
+    os.set_blocking(pipe.fileno(), True)
+    n_main = len(spec.main)
+    want = min(spec.cap if spec.cap is not None else 64, max(n_main, len(spec.warm)))
+    opened, err = await worker.open_pool(want)
+    pipe.send(("ready", spec.wid, opened, want, err))
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            pipe.send(("progress", spec.wid, worker.ndone))
+
+    while True:
+        msg = await inbox.get()
+        if msg[0] == "exit":
+            break
+        if msg[0] == "go":
+            phase, start_ns = msg[1], msg[2]
+            items = spec.warm if phase == "warmup" else spec.main
+            ptask = loop.create_task(progress())
+            try:
+                recs, lags, newc = await worker.run_phase(items, start_ns)
+            finally:
+                ptask.cancel()
+            pipe.send(("done", spec.wid, phase, recs, lags, newc, worker.stopping))
+    worker.close()
+
+
+def worker_main(spec: WorkerSpec, pipe) -> None:
+    """Process entry point (forked): ignore Ctrl-C (the parent tells us to stop) and serve."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    run = asyncio.run
+    if spec.use_uvloop:
+        try:
+            import uvloop
+
+            run = uvloop.run
+        except ImportError:
+            pass
+    try:
+        run(_serve(spec, pipe))
+    except BaseException as exc:  # report, never hang the parent
+        import traceback
+
+        traceback.print_exc()
+        with contextlib.suppress(OSError):
+            pipe.send(("error", spec.wid, f"{type(exc).__name__}: {exc}"))
+        os._exit(3)
+    os._exit(0)
