@@ -1,0 +1,193 @@
+"""A small HTTP/1.1 server on asyncio.Protocol: keep-alive, Content-Length and chunked bodies, SSE streams.
+
+Why: the emulator must stream >= 50k token events/s on one core; a framework's per-event overhead
+(ASGI message dicts, middleware) costs more than the whole scheduler. Each stream event is one
+`transport.write` of a pre-framed chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    422: "Unprocessable Entity",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+MAX_BODY = 256 << 20
+
+
+class Request:
+    __slots__ = ("body", "headers", "method", "path", "query")
+
+    def __init__(self, method: str, target: str, headers: dict[str, str], body: bytes) -> None:
+        self.method = method
+        parts = urlsplit(target)
+        self.path = parts.path
+        self.query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        self.headers = headers
+        self.body = body
+
+
+class Response:
+    __slots__ = ("body", "content_type", "status")
+
+    def __init__(self, status: int, body: bytes | str = b"", content_type: str = "application/json") -> None:
+        self.status = status
+        self.body = body.encode() if isinstance(body, str) else body
+        self.content_type = content_type
+
+
+Handler = Callable[[Request, "Conn"], "Response | Awaitable[Response | None] | None"]
+
+
+class Conn(asyncio.Protocol):
+    """One client connection. Requests are handled one at a time (pipelined ones wait in the buffer)."""
+
+    def __init__(self, dispatch: Callable[[Request, Conn], Any]) -> None:
+        self.dispatch = dispatch
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.busy = False
+        self.closed = False
+        self.keep_alive = True
+        self.on_close: Callable[[], None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        cb = self.on_close
+        self.on_close = None
+        if cb is not None:
+            cb()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if not self.busy:
+            self._parse()
+
+    def _parse(self) -> None:
+        while not self.busy and not self.closed:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buf) > 65536:
+                    self._simple_error(413, "header too large")
+                return
+            head = bytes(self.buf[:end]).decode("latin-1")
+            lines = head.split("\r\n")
+            try:
+                method, target, version = lines[0].split(" ", 2)
+            except ValueError:
+                self._simple_error(400, "malformed request line")
+                return
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            body_start = end + 4
+            te = headers.get("transfer-encoding", "").lower()
+            if "chunked" in te:
+                body, consumed = self._dechunk(body_start)
+                if body is None:
+                    return
+                del self.buf[:consumed]
+            else:
+                try:
+                    length = int(headers.get("content-length", "0") or 0)
+                except ValueError:
+                    self._simple_error(400, "bad Content-Length")
+                    return
+                if length > MAX_BODY:
+                    self._simple_error(413, "body too large")
+                    return
+                if len(self.buf) < body_start + length:
+                    return
+                body = bytes(self.buf[body_start : body_start + length])
+                del self.buf[: body_start + length]
+            conn_hdr = headers.get("connection", "").lower()
+            self.keep_alive = not (
+                conn_hdr == "close" or (version == "HTTP/1.0" and conn_hdr != "keep-alive")
+            )
+            self.busy = True
+            self.dispatch(Request(method, target, headers, body), self)
+
+    def _dechunk(self, pos: int) -> tuple[bytes | None, int]:
+        out = bytearray()
+        buf = self.buf
+        while True:
+            nl = buf.find(b"\r\n", pos)
+            if nl < 0:
+                return None, 0
+            try:
+                size = int(bytes(buf[pos:nl]).split(b";")[0], 16)
+            except ValueError:
+                self._simple_error(400, "bad chunk size")
+                return None, 0
+            if size == 0:
+                end = buf.find(b"\r\n\r\n", nl)
+                if end < 0:
+                    return None, 0
+                return bytes(out), end + 4
+            if len(buf) < nl + 2 + size + 2:
+                return None, 0
+            out += buf[nl + 2 : nl + 2 + size]
+            pos = nl + 2 + size + 2
+
+    def _simple_error(self, status: int, msg: str) -> None:
+        self.keep_alive = False
+        self.send(Response(status, b'{"detail":"' + msg.encode() + b'"}'))
+
+    # ---- responses --------------------------------------------------------------------------------
+    def send(self, resp: Response) -> None:
+        if self.closed or self.transport is None:
+            return
+        head = (
+            f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'OK')}\r\n"
+            f"content-type: {resp.content_type}\r\ncontent-length: {len(resp.body)}\r\n"
+            f"{'' if self.keep_alive else 'connection: close' + chr(13) + chr(10)}\r\n"
+        ).encode()
+        self.transport.write(head + resp.body)
+        self._done()
+
+    def start_stream(self, status: int = 200, content_type: str = "text/event-stream; charset=utf-8") -> None:
+        if self.closed or self.transport is None:
+            return
+        self.transport.write(
+            f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}\r\ncontent-type: {content_type}\r\n"
+            "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n".encode()
+        )
+
+    def chunk(self, data: bytes) -> None:
+        t = self.transport
+        if t is not None and not self.closed:
+            t.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def end_stream(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(b"0\r\n\r\n")
+        self._done()
+
+    def _done(self) -> None:
+        self.on_close = None
+        self.busy = False
+        if not self.keep_alive:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if self.buf:
+            self._parse()
+
+
+async def serve(host: str, port: int, dispatch: Callable[[Request, Conn], Any]) -> asyncio.base_events.Server:
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: Conn(dispatch), host, port, reuse_address=True, backlog=4096)
