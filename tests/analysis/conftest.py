@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 if str(ROOT) not in sys.path[:1]:
     sys.path.insert(0, str(ROOT))
 _mod = sys.modules.get("analysis")

@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
 
 def _stats(prefix: str, values_ms: np.ndarray, out: dict[str, Any], suffix: str = "_ms") -> None:
     out[f"mean_{prefix}{suffix}"] = float(values_ms.mean())

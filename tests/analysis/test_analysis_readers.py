@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
-from qm_analysis_synth import dump_sglang, loadgen_result, sglang_result
+from qm_analysis_synth import FIXTURES, dump_sglang, loadgen_result, sglang_result
 
 from analysis.errors import InputError
 from analysis.rawload import load_result, load_sglang_summary, parse_json_bytes

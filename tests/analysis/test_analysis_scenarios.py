@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from qm_analysis_synth import ROOT
 
 HEADER = "case_id\tstage\tisl\tosl\tconcurrency\tmultiplier\tminimum\twarmup\tnote\n"
 

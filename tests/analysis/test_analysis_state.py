@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
-from qm_analysis_synth import loadgen_result
+from qm_analysis_synth import FIXTURES, ROOT, loadgen_result
 
 from analysis import atomic, state
 
