@@ -139,7 +139,9 @@ def plot_ab(path: Path, ab: list[dict[str, Any]]) -> bool:
     return True
 
 
-def plot_itl_timeline(path: Path, data: BenchData, t_inj: float | None, rep: Any, workload: str) -> bool:
+def plot_itl_timeline(
+    path: Path, data: BenchData, t_inj: float | None, rep: Any, workload: str, inj_e2e_s: float | None = None
+) -> bool:
     if data.timeline is None or data.timeline[0].size == 0:
         return False
     epoch, itl = data.timeline
@@ -160,6 +162,9 @@ def plot_itl_timeline(path: Path, data: BenchData, t_inj: float | None, rep: Any
     ax.plot(centers[count > 0], mean[count > 0], color="#DD8452", lw=1.5, label="mean per time bin")
     if t_inj is not None:
         ax.axvline(t_inj - origin, color="#C44E52", lw=2, ls="--", label="prefill injection sent")
+        if inj_e2e_s:
+            ax.axvspan(t_inj - origin, t_inj - origin + inj_e2e_s, color="#C44E52", alpha=0.12,
+                       label="injection in flight (its E2E)")  # fmt: skip
     hi = np.percentile(itl, 99.9) if itl.size else 1
     ax.set_ylim(0, max(hi * 1.2, float(np.nanmax(mean[count > 0])) * 1.2 if (count > 0).any() else 1))
     ax.set_xlabel("time since the background's main phase started (s)")
@@ -194,6 +199,10 @@ def make_all(
         r = rows[i]
         workload = f"ISL {r['isl']}, OSL {r['osl']}, C {r['concurrency']}, {r['num_prompts']} requests"
         name = f"mixed_itl_rep{e.rep}.png"
-        if plot_itl_timeline(plot_dir / name, datas[i], injections.get(e.rep), e.rep, workload):
+        inj = next((j for j, o in enumerate(entries) if o.suite == "mixed" and o.rep == e.rep
+                    and o.role == "prefill_injection" and j in datas), None)  # fmt: skip
+        inj_e2e = datas[inj].e2e_ms if inj is not None else None
+        inj_s = float(inj_e2e.max()) / 1000.0 if inj_e2e is not None and inj_e2e.size else None
+        if plot_itl_timeline(plot_dir / name, datas[i], injections.get(e.rep), e.rep, workload, inj_s):
             made.append(f"plots/{name}")
     return made

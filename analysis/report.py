@@ -104,7 +104,7 @@ def render(
     if failed:
         L.append("Failed repetitions (never counted as results):")
         for r in failed:
-            name = f"{r['case_id']}/{r['role']}" if r["role"] else r["case_id"]
+            name = _name(r)
             L.append(f"- {r['suite']} `{name}` rep {r['rep']}: **{r['error_type']}**: {r['reason'] or ''}")
         L.append("")
     pending = [r for r in rows if r["status"] in ("planned", "running")]
@@ -115,10 +115,7 @@ def render(
     notes = [r for r in rows if r["status_note"] and r["status"] != "unknown"]
     if notes:
         L.append("Notes:")
-        L += [
-            f"- `{r['case_id']}{'/' + r['role'] if r['role'] else ''}` rep {r['rep']}: {r['status_note']}"
-            for r in notes
-        ]
+        L += [f"- `{_name(r)}` rep {r['rep']}: {r['status_note']}" for r in notes]
         L.append("")
 
     # ---- per-case table

@@ -119,9 +119,10 @@ def _update_meta(case_dir: Path, status: str, fields: dict[str, Any], error: dic
     meta.update(fields)
     stamp = now_iso()
     entry: dict[str, Any] = {"status": status, "time": stamp}
-    if status == "running":
+    # Times the caller measured itself (e.g. the client's own start/end) win over "now".
+    if status == "running" and "started_at" not in fields:
         meta["started_at"] = stamp
-    if status in ("completed", "failed"):
+    if status in ("completed", "failed") and "ended_at" not in fields:
         meta["ended_at"] = stamp
     if error is not None:
         meta.update(error)
