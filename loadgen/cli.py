@@ -114,6 +114,12 @@ def make_parser() -> argparse.ArgumentParser:
     a("--max-lag-ms", type=float, default=25.0, help="loop/schedule lag p99 above this = unreliable")
     a("--workers", type=_workers, default="auto", help="worker processes (N or auto)")
     a("--no-uvloop", action="store_true")
+    a(
+        "--timestamps",
+        choices=("kernel", "read"),
+        default="kernel" if sys.platform == "linux" else "read",
+        help="event time: kernel receive timestamp (SO_TIMESTAMPNS, Linux) or the time the loop read it",
+    )
     return p
 
 
@@ -307,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         main_items,
         before_main,
         use_uvloop=not args.no_uvloop,
+        kernel_ts=args.timestamps == "kernel",
     )
     if refused:
         print(f"loadgen: run refused: --flush-cache: {refused[0]}", file=sys.stderr, flush=True)
@@ -347,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup_requests": args.warmup_requests,
         "seed": args.seed,
         "ignore_eos": ignore_eos,
+        "timestamps": args.timestamps,
         "workers": max(1, min(workers, args.max_concurrency or workers, n)),
         "t0_epoch_s": t0_epoch,
         "dataset_info": dinfo,

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from time import perf_counter_ns
+import struct
+from time import perf_counter_ns, time_ns
 
 # response parser states
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _IDLE = range(8)
 
 MAX_ERROR_BODY = 2000
+_TS = struct.Struct("@qq")
 
 
 def build_request(method: str, host: str, path: str, body: bytes | None, extra_headers: str = "") -> bytes:
@@ -110,7 +112,17 @@ class Conn(asyncio.Protocol):
         self.body_parts = []
         self.got_bytes = False
         req.send_ns = perf_counter_ns()
-        self.transport.write(payload)
+        self._write(payload)
+
+    def _write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def _close(self) -> None:
+        self.closed = True
+        self.transport.close()
+
+    def _abort(self) -> None:
+        self.transport.abort()
 
     def fail(self, error_class: str, error: str) -> None:
         """Abort the in-flight request (timeout, cancel): the connection is dropped, not reused."""
@@ -118,12 +130,15 @@ class Conn(asyncio.Protocol):
         if req is not None and req.error_class is None:
             req.error_class = error_class
             req.error = error
-        if self.transport is not None:
-            self.transport.abort()
+        if not self.closed:
+            self._abort()
 
     # -- receiving -----------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        t = perf_counter_ns()
+        self.on_data(data, perf_counter_ns())
+
+    def on_data(self, data: bytes, t: int) -> None:
+        """Bytes that arrived at ``t`` (perf_counter_ns clock)."""
         req = self.req
         if req is None:
             return  # bytes on an idle connection: ignore (a later request would fail cleanly)
@@ -312,7 +327,110 @@ class Conn(asyncio.Protocol):
                         req.on_event(req.end_ns, p)
         self.body_parts = []
         keep = not (self._close_after or self.closed or req.error_class in ("timeout", "cancelled"))
-        if not keep and not self.closed and self.transport is not None:
-            self.closed = True
-            self.transport.close()
+        if not keep and not self.closed:
+            self._close()
         self.owner.request_done(self, req)
+
+
+# Linux: SO_TIMESTAMPNS (asm-generic value; the socket module does not export it). The kernel
+# stamps each received segment (on loopback: while the sender's write() runs), so the event time
+# no longer depends on when this process gets the CPU to read it.
+SO_TIMESTAMPNS = 35
+
+
+def _offset() -> int:
+    return time_ns() - perf_counter_ns()
+
+
+class KConn(Conn):
+    """The same HTTP/SSE parser on a plain non-blocking socket read with ``recvmsg``, taking each
+    read's time from the kernel receive timestamp (SO_TIMESTAMPNS) instead of the read call."""
+
+    __slots__ = ("_wbuf", "fd", "loop", "sock")
+
+    @classmethod
+    async def open(cls, owner, loop: asyncio.AbstractEventLoop, host: str, port: int) -> KConn:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, (host, port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except BaseException:
+            sock.close()
+            raise
+        c = cls(owner)
+        c.sock = sock
+        c.fd = sock.fileno()
+        c.loop = loop
+        c._wbuf = b""
+        loop.add_reader(c.fd, c._readable)
+        return c
+
+    def _readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(262144, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if not data:
+            self._lost(None)
+            return
+        t = 0
+        for lvl, typ, cd in anc:
+            if typ == SO_TIMESTAMPNS and lvl == socket.SOL_SOCKET and len(cd) >= 16:
+                sec, nsec = _TS.unpack_from(cd)
+                t = sec * 1_000_000_000 + nsec - _offset()
+        now = perf_counter_ns()
+        if t <= 0 or t > now:
+            t = now
+        req = self.req
+        if req is not None and t < req.send_ns:
+            t = req.send_ns
+        self.on_data(data, t)
+
+    def _write(self, data: bytes) -> None:
+        if self._wbuf:
+            self._wbuf += data
+            return
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if n < len(data):
+            self._wbuf = data[n:]
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            n = self.sock.send(self._wbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        self._wbuf = self._wbuf[n:]
+        if not self._wbuf:
+            self.loop.remove_writer(self.fd)
+
+    def _lost(self, exc) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        if self._wbuf:
+            self.loop.remove_writer(self.fd)
+            self._wbuf = b""
+        self.sock.close()
+        self.connection_lost(exc)
+
+    def _close(self) -> None:
+        self._lost(None)
+
+    def _abort(self) -> None:
+        self._lost(None)

@@ -83,6 +83,7 @@ def run(
     main: list[tuple],
     before_main: Callable[[], None],
     use_uvloop: bool = True,
+    kernel_ts: bool = True,
 ) -> RunOutcome:
     """Fork ``workers`` processes, run warm-up (if any) and the main phase, collect the records."""
     out = RunOutcome()
@@ -93,7 +94,16 @@ def run(
     procs = []
     for w in range(workers):
         spec = WorkerSpec(
-            w, host, port, backend, caps[w], timeout_s, warm[w::workers], main[w::workers], use_uvloop
+            w,
+            host,
+            port,
+            backend,
+            caps[w],
+            timeout_s,
+            warm[w::workers],
+            main[w::workers],
+            use_uvloop,
+            kernel_ts,
         )
         parent_end, child_end = ctx.Pipe()
         p = ctx.Process(target=worker_main, args=(spec, child_end), daemon=True)

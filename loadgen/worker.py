@@ -19,7 +19,7 @@ from collections import deque
 from time import perf_counter, perf_counter_ns
 
 from .backends import Req, make_req
-from .httpconn import Conn
+from .httpconn import Conn, KConn
 
 # keep stored raw events below this many bytes per worker; past it, parse at request completion
 RAW_EVENT_BUDGET = 256 * 1024 * 1024
@@ -40,6 +40,7 @@ class WorkerSpec:
         warm: list[tuple],
         main: list[tuple],
         use_uvloop: bool = True,
+        kernel_ts: bool = True,
     ) -> None:
         self.wid = wid
         self.host = host
@@ -50,6 +51,7 @@ class WorkerSpec:
         self.warm = warm  # (index, sched_offset_ns, payload, input_len, output_len)
         self.main = main
         self.use_uvloop = use_uvloop
+        self.kernel_ts = kernel_ts
 
 
 def record_of(req: Req) -> tuple:
@@ -99,7 +101,10 @@ class Worker:
 
     # -- connections ---------------------------------------------------------------------------
     async def _open(self) -> Conn:
-        _, conn = await self.loop.create_connection(lambda: Conn(self), self.spec.host, self.spec.port)
+        if self.spec.kernel_ts:
+            conn = await KConn.open(self, self.loop, self.spec.host, self.spec.port)
+        else:
+            _, conn = await self.loop.create_connection(lambda: Conn(self), self.spec.host, self.spec.port)
         self.all_conns.add(conn)
         return conn
 

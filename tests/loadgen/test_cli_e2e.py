@@ -68,6 +68,38 @@ def test_each_backend_measures_every_request(lg, backend, path):
     assert "Starting main benchmark run..." in cp.stdout.splitlines()
 
 
+@pytest.mark.parametrize("ts", ["kernel", "read"])
+def test_both_timestamp_sources_agree_with_the_server_schedule(lg, ts):
+    # kernel receive timestamps (SO_TIMESTAMPNS) and loop read times measure the same schedule
+    with FakeServer(ttft=0.02, itl=0.01) as srv:
+        cp, res = lg(
+            [
+                "--backend",
+                "sglang",
+                "--base-url",
+                srv.url,
+                "--num-prompts",
+                "6",
+                "--max-concurrency",
+                "3",
+                "--random-input-len",
+                "8",
+                "--random-output-len",
+                "6",
+                "--random-range-ratio",
+                "1",
+                "--timestamps",
+                ts,
+                "--warmup-requests",
+                "0",
+            ]
+        )
+    assert cp.returncode == 0, cp.stderr
+    assert res["timestamps"] == ts and res["completed"] == 6
+    assert 19.5 <= res["median_ttft_ms"] < 30.0
+    assert 9.0 < res["median_itl_ms"] < 11.5
+
+
 def test_disable_ignore_eos_is_sent(lg):
     with FakeServer() as srv:
         cp, _res = lg(
