@@ -82,6 +82,7 @@ class App:
         self.e = engine
         self.cfg = engine.cfg
         self.tok = tok
+        self.tok_strs = tok._strs
         self.info = info  # server args + capacity for /server_info
         self.sgl = self.cfg.flavour == "sglang"
         self.served = self.cfg.served_model_name
@@ -350,6 +351,8 @@ class App:
         return m
 
     def text_of(self, r: Req, start: int, end: int) -> str:
+        if end - start == 1 and r.finish_reason is None:
+            return self.tok_strs[r.ctx[start]]
         ids = r.ctx[start:end]
         if r.finish_reason and r.finish_reason.get("type") == "stop" and end == len(r.ctx) and ids:
             ids = ids[:-1]  # the stop/EOS token is not part of the text
@@ -861,7 +864,7 @@ class App:
 class SglSink:
     """SGLang /generate output: cumulative text + output_ids + meta_info per chunk, or one JSON at the end."""
 
-    __slots__ = ("app", "conn", "rid", "sent_text", "stream", "text")
+    __slots__ = ("app", "conn", "rid", "rid_b", "sent_text", "stream", "text")
 
     def __init__(self, app: App, conn: Conn, rid: str, stream: bool) -> None:
         self.app = app
@@ -870,12 +873,22 @@ class SglSink:
         self.stream = stream
         self.text = ""
         self.sent_text = 0
+        self.rid_b = dumps(rid)[1:-1]
 
     def emit(self, r: Req, finished: bool) -> None:
         app = self.app
         end = len(r.ctx)
         self.text += app.text_of(r, r.prompt_len + self.sent_text, end)
         self.sent_text = end - r.prompt_len
+        if self.stream and not finished:
+            self.conn.chunk(
+                b'data: {"text":%b,"output_ids":%b,"meta_info":{"id":"%b","finish_reason":null,"prompt_tokens":%d,'
+                b'"weight_version":"default","num_retractions":%d,"reasoning_tokens":0,"completion_tokens":%d,'
+                b'"cached_tokens":%d,"cached_tokens_details":{"device":%d,"host":0},"dp_rank":null}}\n\n'
+                % (dumps(self.text), dumps(r.ctx[r.prompt_len :]), self.rid_b, r.prompt_len, r.retractions,
+                   end - r.prompt_len, r.cached_tokens, r.cached_tokens)
+            )
+            return
         out = {"text": self.text, "output_ids": r.ctx[r.prompt_len :], "meta_info": app.meta(r, finished)}
         if self.stream:
             self.conn.chunk(b"data: " + dumps(out) + b"\n\n")
@@ -897,19 +910,8 @@ class SglSink:
 class OaiSink:
     """OpenAI completions / chat output (SSE deltas, usage chunk with stream_options.include_usage)."""
 
-    __slots__ = (
-        "app",
-        "chat",
-        "conn",
-        "continuous",
-        "created",
-        "include_usage",
-        "rid",
-        "sent",
-        "started",
-        "stream",
-        "text",
-    )
+    __slots__ = ("app", "chat", "conn", "continuous", "created", "include_usage", "prefix", "rid", "sent",
+                 "started", "stream", "suffix", "text")
 
     def __init__(self, app: App, conn: Conn, rid: str, stream: bool, chat: bool, obj: dict[str, Any]) -> None:
         self.app = app
@@ -924,6 +926,13 @@ class OaiSink:
         self.sent = 0
         self.started = False
         self.text: list[str] = []
+        # pre-encoded event template for the common (non-final) chunk
+        head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": self.created,
+                "model": app.served}
+        self.prefix = b"data: " + dumps(head)[:-1] + (b',"choices":[{"index":0,"delta":{"content":' if chat
+                                                       else b',"choices":[{"index":0,"text":')
+        self.suffix = (b'},"logprobs":null,"finish_reason":null}]}\n\n' if chat
+                       else b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n')
 
     def _usage(self, r: Req) -> dict[str, Any]:
         u: dict[str, Any] = {
@@ -993,6 +1002,9 @@ class OaiSink:
                 self.conn.send(Response(200, dumps(body)))
             return
         conn = self.conn
+        if not finished and not self.continuous and (self.started or not self.chat):
+            conn.chunk(self.prefix + dumps(delta) + self.suffix)
+            return
         reason = self._reason(r) if finished else None
         if self.chat:
             obj_name = "chat.completion.chunk"

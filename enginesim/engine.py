@@ -21,6 +21,7 @@ from .capacity import Capacity
 from .catalog import ModelSpec
 from .cli import Config
 from .costmodel import CostModel
+from .httpserver import flush_pending
 from .logs import Logger
 from .metrics import (
     SGL_E2E_BUCKETS,
@@ -38,6 +39,8 @@ from .radix import RadixCache
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang's admission estimate clips max_new_tokens here
 RETRACT_DECODE_STEPS = 20  # SGLang retracts until every remaining request has room for this many steps
 SLEEP_MIN_S = 0.001  # below this the loop does not sleep (timer resolution); the lead is bounded by it
+MAX_COALESCE_S = 0.005  # a late loop computes steps back to back for at most this long before writing
+MAX_BEHIND_S = 0.05  # further behind than this, the simulated clock slips instead of catching up
 
 
 class Sink(Protocol):
@@ -217,6 +220,7 @@ class Engine:
         self.last_hit_q = (0, 0)
         self.on_crash: Any = None
         self.salt = cfg.sim.seed
+        self.unflushed: list[float] = []
 
     # ---- KV pool -------------------------------------------------------------------------------
     def free_tokens(self) -> int:
@@ -313,36 +317,66 @@ class Engine:
         self.wall0 = time.perf_counter()
         self.sim_t = 0.0
         stats = self.stats
+        coalesce_since = 0.0
+        resume = True
         while True:
             if self.dead or self.hung or self.idle():
+                self._flush()
+                coalesce_since = 0.0
                 self.wake.clear()
                 await self.wake.wait()
+                resume = True
                 continue
             plan = self.sgl_plan() if self.sgl else self.vllm_plan()
             prefill, decode, dec_tokens, dec_ctx = plan
             if not prefill and not decode:
                 # nothing schedulable (KV blocked); wait for a finish/abort or new capacity
+                self._flush()
+                coalesce_since = 0.0
                 self.wake.clear()
                 await self.wake.wait()
+                resume = True
                 continue
             c = self.cost.step([(n, r.computed) for r, n in prefill], len(decode), dec_tokens, dec_ctx)
-            start = max(self.sim_t, self.sim_now())
+            now = time.perf_counter()
+            now_sim = (now - self.wall0) / self.scale
+            # keep the absolute schedule (so a late step can be caught up), unless far behind or idle
+            behind = (now_sim - self.sim_t) * self.scale
+            # after an idle wait, or when far behind, the step starts now; otherwise right after the last one
+            start = now_sim if resume or behind >= MAX_BEHIND_S else self.sim_t
+            resume = False
             self.sim_t = start + c.total
             deadline = self.wall0 + self.sim_t * self.scale
-            delay = deadline - time.perf_counter()
+            delay = deadline - now
             if delay > SLEEP_MIN_S:
+                self._flush()
+                coalesce_since = 0.0
                 await asyncio.sleep(delay)
-            else:
+            elif not coalesce_since:
+                coalesce_since = now
+            elif now - coalesce_since > MAX_COALESCE_S:
+                self._flush()
+                coalesce_since = 0.0
                 await asyncio.sleep(0)
-            lag = time.perf_counter() - deadline
-            stats.lags.append(lag)
-            if lag > stats.lag_max:
-                stats.lag_max = lag
-            stats.steps += 1
             if self.dead:
                 continue
             self.last_step_wall = time.perf_counter()
+            self.unflushed.append(deadline)
+            stats.steps += 1
             self.apply(prefill, decode, c.graph, c.total)
+
+    def _flush(self) -> None:
+        """Write buffered stream events; each step's lag = write time - the step's deadline."""
+        flush_pending()
+        if self.unflushed:
+            t = time.perf_counter()
+            st = self.stats
+            for d in self.unflushed:
+                lag = t - d
+                st.lags.append(lag)
+                if lag > st.lag_max:
+                    st.lag_max = lag
+            self.unflushed.clear()
 
     # ---- SGLang scheduling ------------------------------------------------------------------------
     def _admit_prefix(self, r: Req) -> None:
@@ -597,27 +631,65 @@ class Engine:
                     r.sink.emit(r, False)
         gen = 0
         spec = self.spec
-        itl = stats.itl
-        for r in decode:
-            if r.finished:
-                continue
-            if spec:
+        gaps: dict[float, int] = {}
+        if spec:
+            for r in decode:
+                if r.finished:
+                    continue
                 k = self._verify(r)
-            else:
-                r.ctx.append(self._next(r))
-                k = 1
-            r.computed += k
+                r.computed += k
+                if sgl:
+                    self._alloc(k)
+                    r.private += k
+                gen += k
+                if not r.health:
+                    stats.itl.observe((now - r.last_emit) / k, k, now - r.last_emit)
+                r.last_emit = now
+                if self._check_finish(r):
+                    finished.append(r)
+                else:
+                    r.sink.emit(r, False)
+        else:
+            # hot path: one token per running request
             if sgl:
-                self._alloc(k)
-                r.private += k
-            gen += k
-            if not r.health:
-                itl.observe((now - r.last_emit) / k, k, now - r.last_emit)
-            r.last_emit = now
-            if self._check_finish(r):
-                finished.append(r)
-            else:
+                n_live = 0
+                for r in decode:
+                    if not r.finished:
+                        n_live += 1
+                free = self.free_tokens()
+                if free < n_live and self.tree is not None:
+                    self.tree.evict(n_live - free)
+                self.private_used += n_live
+            for r in decode:
+                if r.finished:
+                    continue
+                gen += 1
+                m = r.lm
+                # inline EmulatedLM.next_token
+                ptr = m.ptr
+                rnd = m.rng.random
+                if ptr >= 0 and rnd() < m.p_stay:
+                    m.ptr = ptr + 1
+                    tok = r.ctx[ptr]
+                else:
+                    tok = m.jump()
+                ctx = r.ctx
+                ctx.append(tok)
+                r.computed += 1
+                if sgl:
+                    r.private += 1
+                gap = now - r.last_emit
+                gaps[gap] = gaps.get(gap, 0) + 1
+                r.last_emit = now
+                n_out = len(ctx) - r.prompt_len
+                if n_out >= r.max_new or (not r.ignore_eos and (n_out >= r.natural_len or r.stop_ids)):
+                    if self._check_finish(r):
+                        finished.append(r)
+                        continue
                 r.sink.emit(r, False)
+            observe = stats.itl.observe
+            for gap, cnt in gaps.items():
+                observe(gap, cnt)
         stats.events += len(decode) + len(prefill)
         if spec and not sgl:
             # vLLM allocated slots for every draft; give back the rejected ones

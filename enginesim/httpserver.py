@@ -24,6 +24,29 @@ REASONS = {
 }
 MAX_BODY = 256 << 20
 
+# Stream chunks are buffered per connection and written together: one write per connection per flush.
+# The engine flushes before it sleeps; when it runs behind schedule it keeps computing steps without
+# yielding (up to a bound) so several steps' events share one syscall. Writes made outside the engine
+# loop are flushed by a call_soon callback.
+PENDING: list[Conn] = []
+_flush_scheduled = [False]
+
+
+def flush_pending() -> int:
+    """Write every buffered chunk; returns how many connections were written."""
+    _flush_scheduled[0] = False
+    n = 0
+    for c in PENDING:
+        c.queued = False
+        out = c.out
+        if out:
+            if not c.closed and c.transport is not None:
+                c.transport.write(out[0] if len(out) == 1 else b"".join(out))
+                n += 1
+            out.clear()
+    PENDING.clear()
+    return n
+
 
 class Request:
     __slots__ = ("body", "headers", "method", "path", "query")
@@ -60,6 +83,8 @@ class Conn(asyncio.Protocol):
         self.closed = False
         self.keep_alive = True
         self.on_close: Callable[[], None] | None = None
+        self.out: list[bytes] = []
+        self.queued = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -148,6 +173,15 @@ class Conn(asyncio.Protocol):
         self.send(Response(status, b'{"detail":"' + msg.encode() + b'"}'))
 
     # ---- responses --------------------------------------------------------------------------------
+    def _queue(self, data: bytes) -> None:
+        self.out.append(data)
+        if not self.queued:
+            self.queued = True
+            PENDING.append(self)
+            if not _flush_scheduled[0]:
+                _flush_scheduled[0] = True
+                asyncio.get_running_loop().call_soon(flush_pending)
+
     def send(self, resp: Response) -> None:
         if self.closed or self.transport is None:
             return
@@ -156,25 +190,28 @@ class Conn(asyncio.Protocol):
             f"content-type: {resp.content_type}\r\ncontent-length: {len(resp.body)}\r\n"
             f"{'' if self.keep_alive else 'connection: close' + chr(13) + chr(10)}\r\n"
         ).encode()
-        self.transport.write(head + resp.body)
+        data = head + resp.body
+        if self.out:
+            data = b"".join(self.out) + data
+            self.out.clear()
+        self.transport.write(data)
         self._done()
 
     def start_stream(self, status: int = 200, content_type: str = "text/event-stream; charset=utf-8") -> None:
         if self.closed or self.transport is None:
             return
-        self.transport.write(
+        self._queue(
             f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}\r\ncontent-type: {content_type}\r\n"
             "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n".encode()
         )
 
     def chunk(self, data: bytes) -> None:
-        t = self.transport
-        if t is not None and not self.closed:
-            t.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if not self.closed:
+            self._queue(b"%x\r\n%b\r\n" % (len(data), data))
 
     def end_stream(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.write(b"0\r\n\r\n")
+        if not self.closed:
+            self._queue(b"0\r\n\r\n")
         self._done()
 
     def _done(self) -> None:
@@ -182,6 +219,9 @@ class Conn(asyncio.Protocol):
         self.busy = False
         if not self.keep_alive:
             if self.transport is not None:
+                if self.out:
+                    self.transport.write(b"".join(self.out))
+                    self.out.clear()
                 self.transport.close()
             return
         if self.buf:

@@ -10,18 +10,18 @@ proposes what followed the most recent earlier occurrence, exactly like prompt-l
 
 from __future__ import annotations
 
-_MASK = (1 << 64) - 1
-_MUL = 6364136223846793005
-_INC = 1442695040888963407
-_SCALE = 1.0 / (1 << 53)
+import math
+import random
+
 _INDEX_MAX_N = 4  # longest n-gram the drafter indexes (longer windows fall back to this)
 
 
 def seed_of(tokens: list[int], salt: int) -> int:
     """A seed from the prompt (first/last 64 ids and the length), so equal requests give equal outputs."""
-    h = (len(tokens) * 0x9E3779B97F4A7C15 + salt) & _MASK
+    mask = (1 << 64) - 1
+    h = (len(tokens) * 0x9E3779B97F4A7C15 + salt) & mask
     for t in tokens[:64] + tokens[-64:]:
-        h = ((h ^ t) * 0x100000001B3) & _MASK
+        h = ((h ^ t) * 0x100000001B3) & mask
     return h
 
 
@@ -45,39 +45,37 @@ def repetitiveness(tokens: list[int]) -> float:
 class EmulatedLM:
     """Per-request generator state. `ctx` is shared with the request (prompt + outputs so far)."""
 
-    __slots__ = ("ctx", "p_stay", "prompt_len", "ptr", "state", "vocab")
+    __slots__ = ("ctx", "p_stay", "prompt_len", "ptr", "rng", "vocab")
 
     def __init__(self, ctx: list[int], vocab: int, seed: int) -> None:
         self.ctx = ctx
         self.prompt_len = len(ctx)
         self.vocab = vocab
-        self.state = seed or 1
+        self.rng = random.Random(seed)
         self.ptr = -1
         self.p_stay = 0.5 + 0.47 * repetitiveness(ctx)
-
-    def _rand(self) -> float:
-        self.state = (self.state * _MUL + _INC) & _MASK
-        return (self.state >> 11) * _SCALE
 
     def next_token(self) -> int:
         """The model's next token for the current context (does not append it)."""
         ptr = self.ptr
-        ctx = self.ctx
-        if ptr >= 0 and self._rand() < self.p_stay:
+        if ptr >= 0 and self.rng.random() < self.p_stay:
             self.ptr = ptr + 1
-            return ctx[ptr]
-        if self.prompt_len and self._rand() < 0.5:
-            j = int(self._rand() * self.prompt_len)
+            return self.ctx[ptr]
+        return self.jump()
+
+    def jump(self) -> int:
+        """Leave the current span: copy from a random prompt position, or emit a fresh word."""
+        rnd = self.rng.random
+        if self.prompt_len and rnd() < 0.5:
+            j = int(rnd() * self.prompt_len)
             self.ptr = j + 1
-            return ctx[j]
+            return self.ctx[j]
         self.ptr = -1
-        return 256 + int(self._rand() * (self.vocab - 256)) if self.vocab > 256 else 32
+        return 256 + int(rnd() * (self.vocab - 256)) if self.vocab > 256 else 32
 
     def natural_length(self, mean: float = 256.0) -> int:
-        """Where the model would emit EOS if the request does not ignore it (geometric-like draw)."""
-        import math
-
-        u = max(self._rand(), 1e-12)
+        """Where the model would emit EOS if the request does not ignore it (exponential draw)."""
+        u = max(self.rng.random(), 1e-12)
         return 1 + int(-mean * math.log(u))
 
 
