@@ -126,7 +126,7 @@ _SGLANG_DETAIL_START = b', "input_lens": ['
 _SGLANG_OUTPUT_LENS = b'"output_lens": ['
 _SGLANG_ERRORS = b'"errors": ['
 SUMMARY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
-SUMMARY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
+SUMMARY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")  # what readers.py takes from SGLang
 
 
 def load_sglang_summary(path: str | Path) -> Loaded | None:

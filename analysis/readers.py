@@ -28,10 +28,24 @@ from analysis.errors import InputError
 from analysis.formats import as_int, detect_format
 from analysis.rawload import Loaded, load_result, load_sglang_summary
 
-METRICS = ("ttft", "tpot", "itl", "e2e")
+# itl = per-token ITL (each event gap split over its tokens); itl_event = one sample per content
+# event. SGLang's (native backend) ITL is per token, vLLM's per streamed chunk, loadgen writes both.
+METRICS = ("ttft", "tpot", "itl", "itl_event", "e2e")
 STATS = ("mean", "median", "std", "p50", "p90", "p95", "p99")
-_PCTS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
-_TOOL_NAMES = {"ttft": ("ttft",), "tpot": ("tpot",), "itl": ("itl",), "e2e": ("e2e_latency", "e2el", "e2e")}
+_E2E = ("e2e_latency", "e2el", "e2e")
+_TOOL_NAMES = {
+    "loadgen": {
+        "ttft": ("ttft",),
+        "tpot": ("tpot",),
+        "itl": ("itl_per_token",),
+        "itl_event": ("itl",),
+        "e2e": _E2E,
+    },
+    "sglang": {"ttft": ("ttft",), "tpot": ("tpot",), "itl": ("itl",), "itl_event": (), "e2e": _E2E},
+    "vllm": {"ttft": ("ttft",), "tpot": ("tpot",), "itl": (), "itl_event": ("itl",), "e2e": _E2E},
+}
+# Which metric a client's `itls` arrays (seconds) describe.
+_ITLS_ARE = {"loadgen": "itl", "sglang": "itl", "vllm": "itl_event"}
 
 # (output name, candidate keys, factor to the output unit)
 _SCALARS: tuple[tuple[str, tuple[str, ...], float], ...] = (
@@ -265,10 +279,11 @@ class _Arrays:
 
 def _fill_stats(data: BenchData, obj: dict[str, Any], arrays: _Arrays) -> None:
     getters = {"ttft": arrays.ttft, "tpot": arrays.tpot, "e2e": arrays.e2e}
+    names = _TOOL_NAMES[data.format]
     for metric in METRICS:
         tool: dict[str, float] = {}
         for stat in STATS:
-            for name in _TOOL_NAMES[metric]:
+            for name in names[metric]:
                 keys = [f"{stat}_{name}_ms"]
                 if stat == "p50":
                     keys.append(f"median_{name}_ms")
@@ -281,8 +296,8 @@ def _fill_stats(data: BenchData, obj: dict[str, Any], arrays: _Arrays) -> None:
         missing = [s for s in STATS if s not in tool]
         recomputed: dict[str, float] = {}
         if missing:
-            if metric == "itl":
-                itls = arrays.itls()
+            if metric in ("itl", "itl_event"):
+                itls = arrays.itls() if _ITLS_ARE[data.format] == metric else None
                 values = itls[0] if itls is not None else None
             else:
                 values = getters[metric]()

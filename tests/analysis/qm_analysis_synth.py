@@ -117,7 +117,21 @@ def loadgen_result(
     }
     _stats("ttft", np.array(ttfts), out)
     _stats("tpot", np.array(tpots), out)
-    _stats("itl", np.concatenate(itls_all), out)
+    per_token = np.concatenate(itls_all)
+    per_event = np.concatenate([np.diff(r["event_times_s"]) * 1000 for r in ok])
+    _stats("itl", per_event, out)  # loadgen: *_itl_ms = one sample per content event
+    out["mean_itl_per_token_ms"] = float(per_token.mean())
+    out["median_itl_per_token_ms"] = float(np.median(per_token))
+    out["p99_itl_per_token_ms"] = float(np.percentile(per_token, 99))
+    # --output-details arrays (SGLang layout: ttfts in s, itls per token in s), failed requests included
+    out["ttfts"] = [(r["ttft_ms"] or 0.0) / 1000 for r in reqs]
+    out["itls"] = [
+        np.repeat(np.diff(r["event_times_s"]) / tokens_per_event, tokens_per_event).tolist()
+        if r["success"]
+        else []
+        for r in reqs
+    ]
+    out["output_lens"] = [r["output_tokens"] for r in reqs]
     _stats("e2e_latency", np.array(e2es), out)
     return out
 

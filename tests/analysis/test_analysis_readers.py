@@ -59,7 +59,7 @@ def test_real_sglang_summary_only() -> None:
     d = read_bench(SUMMARY, want_requests=True)
     assert d.format == "sglang" and d.per_request_arrays == "absent"
     assert d.scalars["completed"] == 256 and d.scalars["failed"] is None
-    assert d.sources == {"ttft": "tool", "tpot": "tool", "itl": "tool", "e2e": "tool"}
+    assert d.sources == {"ttft": "tool", "tpot": "tool", "itl": "tool", "e2e": "tool", "itl_event": "missing"}
     assert d.ttft_ms is None
 
 
@@ -69,7 +69,7 @@ def test_recompute_when_summary_keys_missing_real_file(tmp_path: Path) -> None:
     p = tmp_path / "b.jsonl"
     p.write_text(json.dumps(stripped) + "\n")
     d = read_bench(p)
-    assert d.sources == {m: "recomputed" for m in ("ttft", "tpot", "itl", "e2e")}
+    assert d.sources == {**{m: "recomputed" for m in ("ttft", "tpot", "itl", "e2e")}, "itl_event": "missing"}
     ttft = np.array(raw["ttfts"]) * 1000
     itls = [np.array(x) * 1000 for x in raw["itls"]]
     assert d.stats["ttft_p99_ms"] == pytest.approx(np.percentile(ttft, 99))
@@ -165,9 +165,14 @@ def test_vllm_json_with_and_without_save_detailed(tmp_path: Path, detailed: bool
         # TPOT per request = (E2E - TTFT)/(out - 1) when latencies and lengths are known
         assert d.tpot_ms is not None
         np.testing.assert_allclose(d.tpot_ms, (lat - ttft) / 15)
+        # vLLM's itls are per streamed chunk: they feed itl_event, never the per-token ITL
+        assert d.stats["itl_event_p95_ms"] == pytest.approx(
+            np.percentile(np.concatenate([np.array(x) * 1000 for x in obj["itls"]]), 95)
+        )
     else:
         assert math.isnan(d.stats["ttft_p95_ms"])
         assert d.sources["ttft"] == "tool"
+    assert d.stats["itl_event_p99_ms"] == obj["p99_itl_ms"] and d.sources["itl"] == "missing"
 
 
 def test_old_vllm_with_goodput_typo_key(tmp_path: Path) -> None:
@@ -198,6 +203,13 @@ def test_loadgen_result_and_timeline(tmp_path: Path) -> None:
     ok = [r for r in obj["requests"] if r["success"]]
     np.testing.assert_allclose(d.ttft_ms, [r["ttft_ms"] for r in ok])
     np.testing.assert_allclose(d.tpot_ms, [r["tpot_ms"] for r in ok])
+    # per-token ITL from *_itl_per_token_ms / `itls`; per-event ITL from *_itl_ms
+    assert d.stats["itl_event_p95_ms"] == obj["p95_itl_ms"]
+    assert d.stats["itl_p99_ms"] == obj["p99_itl_per_token_ms"] and d.sources["itl"] == "tool+recomputed"
+    per_token = np.concatenate([np.repeat(np.diff(r["event_times_s"]) / 2, 2) for r in ok]) * 1000
+    assert d.stats["itl_p95_ms"] == pytest.approx(np.percentile(per_token, 95))
+    per_event = np.concatenate([np.diff(r["event_times_s"]) for r in ok]) * 1000
+    assert d.stats["itl_event_p95_ms"] == pytest.approx(np.percentile(per_event, 95))
     epoch, itl = d.timeline
     # 4 events per request (2 tokens each): 3 gaps each, each split over the event's 2 tokens
     assert epoch.size == 18 * 3

@@ -34,6 +34,14 @@ def test_write_case_merges_keeps_fields_and_history(cli, tmp_path: Path) -> None
     assert not list(d.glob(".*tmp"))
 
 
+def test_caller_times_win_over_now(cli, tmp_path: Path) -> None:
+    d = tmp_path / "c" / "rep1"
+    cli("write-case", d, "--status", "running", "--set", "started_at=2026-12-02T10:00:00Z")
+    cli("write-case", d, "--status", "completed", "--set", "ended_at=2026-12-02T10:05:00Z")
+    m = _meta(d)
+    assert m["started_at"] == "2026-12-02T10:00:00Z" and m["ended_at"] == "2026-12-02T10:05:00Z"
+
+
 def test_completed_case_is_not_rewritten_by_resume(cli, tmp_path: Path) -> None:
     d = tmp_path / "c" / "rep1"
     cli("write-case", d, "--status", "completed")
