@@ -72,14 +72,20 @@ async def _conn(host: str, port: int, req: bytes, quota: list[int], stats: dict)
     writer.close()
 
 
-async def client_main(host: str, port: int, conc: int, requests: int, endpoint: str, isl: int, osl: int) -> dict:
+async def client_main(
+    host: str, port: int, conc: int, requests: int, endpoint: str, isl: int, osl: int
+) -> dict:
     rng = random.Random(0)
     stats: dict = {"first": None, "last": None, "events": 0, "requests": 0}
     quota = [requests]
     ids = [rng.randrange(256, 150000) for _ in range(isl)]
     if endpoint == "generate":
         path = "/generate"
-        body = {"input_ids": ids, "stream": True, "sampling_params": {"max_new_tokens": osl, "ignore_eos": True}}
+        body = {
+            "input_ids": ids,
+            "stream": True,
+            "sampling_params": {"max_new_tokens": osl, "ignore_eos": True},
+        }
     else:
         path = "/v1/completions"
         body = {"model": MODEL, "prompt": ids, "max_tokens": osl, "ignore_eos": True, "stream": True}
@@ -133,21 +139,59 @@ def paced_scale(conc: int, target: float, isl: int, osl: int) -> float:
 def one_run(args: argparse.Namespace, scale: float) -> dict:
     srv_cpu, cli_cpu = cpus()
     port = free_port()
-    cmd = [sys.executable, "-m", "enginesim", "sglang", "--model-path", MODEL, "--host", "127.0.0.1", "--port",
-           str(port), "--sim-time-scale", repr(scale), "--max-running-requests", str(args.concurrency)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "enginesim",
+        "sglang",
+        "--model-path",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--sim-time-scale",
+        repr(scale),
+        "--max-running-requests",
+        str(args.concurrency),
+    ]
     env = {**os.environ, "LC_ALL": "C.UTF-8"}
     log = open(Path(args.log_dir) / f"bench_server_{port}.log", "wb")  # noqa: SIM115 - closed below
-    srv = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                           preexec_fn=lambda: os.sched_setaffinity(0, {srv_cpu}))
+    srv = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: os.sched_setaffinity(0, {srv_cpu}),
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_health(url, srv)
         cli = subprocess.run(
-            [sys.executable, __file__, "--client", "--port", str(port), "--concurrency", str(args.concurrency),
-             "--requests", str(args.concurrency * args.rounds), "--endpoint", args.endpoint, "--isl",
-             str(args.isl), "--osl", str(args.osl)],
-            capture_output=True, text=True, check=True, preexec_fn=lambda: os.sched_setaffinity(0, {cli_cpu}),
-            timeout=600)
+            [
+                sys.executable,
+                __file__,
+                "--client",
+                "--port",
+                str(port),
+                "--concurrency",
+                str(args.concurrency),
+                "--requests",
+                str(args.concurrency * args.rounds),
+                "--endpoint",
+                args.endpoint,
+                "--isl",
+                str(args.isl),
+                "--osl",
+                str(args.osl),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, {cli_cpu}),
+            timeout=600,
+        )
         result = json.loads(cli.stdout.strip().splitlines()[-1])
         info = _get(url + "/server_info")["enginesim"]
         result["server_sched_lag_ms"] = info["sched_lag_ms"]
@@ -185,13 +229,23 @@ def main() -> int:
             uvloop.install()
         except ImportError:
             pass
-        out = asyncio.run(client_main("127.0.0.1", args.port, args.concurrency, args.requests, args.endpoint,
-                                      args.isl, args.osl))
+        out = asyncio.run(
+            client_main(
+                "127.0.0.1", args.port, args.concurrency, args.requests, args.endpoint, args.isl, args.osl
+            )
+        )
         print(json.dumps(out))
         return 0
-    summary: dict = {"concurrency": args.concurrency, "endpoint": args.endpoint, "isl": args.isl, "osl": args.osl}
-    for kind, scale in (("saturate", 1e-4), ("paced", paced_scale(args.concurrency, args.target, args.isl,
-                                                                   args.osl))):
+    summary: dict = {
+        "concurrency": args.concurrency,
+        "endpoint": args.endpoint,
+        "isl": args.isl,
+        "osl": args.osl,
+    }
+    for kind, scale in (
+        ("saturate", 1e-4),
+        ("paced", paced_scale(args.concurrency, args.target, args.isl, args.osl)),
+    ):
         runs = [one_run(args, scale) for _ in range(args.runs)]
         eps = [r["events_per_s"] for r in runs]
         summary[kind] = {
@@ -203,9 +257,12 @@ def main() -> int:
             "requests": [r["requests"] for r in runs],
         }
         s = summary[kind]
-        print(f"{kind:9s} scale={scale:.3g} events/s runs={s['events_per_s_runs']} median={s['events_per_s_median']} "
-              f"server sched lag p50={s['sched_lag_ms_p50_median']} ms p99={s['sched_lag_ms_p99_median']} ms",
-              flush=True)
+        print(
+            f"{kind:9s} scale={scale:.3g} events/s runs={s['events_per_s_runs']} "
+            f"median={s['events_per_s_median']} "
+            f"server sched lag p50={s['sched_lag_ms_p50_median']} ms p99={s['sched_lag_ms_p99_median']} ms",
+            flush=True,
+        )
     if args.target:
         summary["paced"]["target_events_per_s"] = args.target
     print(json.dumps(summary))

@@ -89,6 +89,7 @@ class App:
         self.ctx_len = engine.cap.context_len
         self.vocab = engine.model.vocab
         self.created = int(time.time())
+        self.tasks: set[asyncio.Future[None]] = set()
         self.health_timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
         self.dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE", "0") == "1"
         sgl = self.sgl
@@ -148,7 +149,9 @@ class App:
         if isinstance(out, Response):
             conn.send(out)
         elif out is not None:
-            asyncio.ensure_future(self._finish_async(out, conn))
+            task = asyncio.ensure_future(self._finish_async(out, conn))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
 
     async def _finish_async(self, coro: Any, conn: Conn) -> None:
         try:
@@ -618,7 +621,7 @@ class App:
                 self.e.tree.evict(self.e.tree.evictable)
         return Response(200, b"")
 
-    # ---- /metrics --------------------------------------------------------------------------------------------
+    # ---- /metrics ----
     def metrics(self, req: Request, conn: Conn) -> Response:
         return Response(
             200,
@@ -882,11 +885,19 @@ class SglSink:
         self.sent_text = end - r.prompt_len
         if self.stream and not finished:
             self.conn.chunk(
-                b'data: {"text":%b,"output_ids":%b,"meta_info":{"id":"%b","finish_reason":null,"prompt_tokens":%d,'
-                b'"weight_version":"default","num_retractions":%d,"reasoning_tokens":0,"completion_tokens":%d,'
+                b'data: {"text":%b,"output_ids":%b,"meta_info":{"id":"%b","finish_reason":null,'
+                b'"prompt_tokens":%d,"weight_version":"default","num_retractions":%d,"reasoning_tokens":0,"completion_tokens":%d,'
                 b'"cached_tokens":%d,"cached_tokens_details":{"device":%d,"host":0},"dp_rank":null}}\n\n'
-                % (dumps(self.text), dumps(r.ctx[r.prompt_len :]), self.rid_b, r.prompt_len, r.retractions,
-                   end - r.prompt_len, r.cached_tokens, r.cached_tokens)
+                % (
+                    dumps(self.text),
+                    dumps(r.ctx[r.prompt_len :]),
+                    self.rid_b,
+                    r.prompt_len,
+                    r.retractions,
+                    end - r.prompt_len,
+                    r.cached_tokens,
+                    r.cached_tokens,
+                )
             )
             return
         out = {"text": self.text, "output_ids": r.ctx[r.prompt_len :], "meta_info": app.meta(r, finished)}
@@ -910,8 +921,21 @@ class SglSink:
 class OaiSink:
     """OpenAI completions / chat output (SSE deltas, usage chunk with stream_options.include_usage)."""
 
-    __slots__ = ("app", "chat", "conn", "continuous", "created", "include_usage", "prefix", "rid", "sent",
-                 "started", "stream", "suffix", "text")
+    __slots__ = (
+        "app",
+        "chat",
+        "conn",
+        "continuous",
+        "created",
+        "include_usage",
+        "prefix",
+        "rid",
+        "sent",
+        "started",
+        "stream",
+        "suffix",
+        "text",
+    )
 
     def __init__(self, app: App, conn: Conn, rid: str, stream: bool, chat: bool, obj: dict[str, Any]) -> None:
         self.app = app
@@ -923,16 +947,27 @@ class OaiSink:
         self.include_usage = bool(so.get("include_usage"))
         self.continuous = bool(so.get("continuous_usage_stats"))
         self.created = int(time.time())
+        self.tasks: set[asyncio.Future[None]] = set()
         self.sent = 0
         self.started = False
         self.text: list[str] = []
         # pre-encoded event template for the common (non-final) chunk
-        head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": self.created,
-                "model": app.served}
-        self.prefix = b"data: " + dumps(head)[:-1] + (b',"choices":[{"index":0,"delta":{"content":' if chat
-                                                       else b',"choices":[{"index":0,"text":')
-        self.suffix = (b'},"logprobs":null,"finish_reason":null}]}\n\n' if chat
-                       else b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n')
+        head = {
+            "id": rid,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": self.created,
+            "model": app.served,
+        }
+        self.prefix = (
+            b"data: "
+            + dumps(head)[:-1]
+            + (b',"choices":[{"index":0,"delta":{"content":' if chat else b',"choices":[{"index":0,"text":')
+        )
+        self.suffix = (
+            b'},"logprobs":null,"finish_reason":null}]}\n\n'
+            if chat
+            else b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+        )
 
     def _usage(self, r: Req) -> dict[str, Any]:
         u: dict[str, Any] = {

@@ -131,7 +131,8 @@ def _sim_knobs(ns: argparse.Namespace, env: dict[str, str], err: Any) -> SimKnob
             assert isinstance(k.hw_override, dict)
         except (OSError, ValueError, AssertionError) as e:
             err(
-                f"--sim-hw-json/ENGINESIM_HW_JSON {hw_json!r}: must be a JSON object or a file holding one ({e})"
+                f"--sim-hw-json/ENGINESIM_HW_JSON {hw_json!r}: must be a JSON object or a file holding "
+                f"one ({e})"
             )
     v = pick(ns.sim_ib_dir, "ENGINESIM_IB_DIR", str, "a directory path", lambda x: bool(x))
     if v is not None:

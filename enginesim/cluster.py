@@ -54,7 +54,8 @@ class Head:
         writer.write(json.dumps({"ok": True, "nnodes": self.nnodes}).encode() + b"\n")
         await writer.drain()
         self.log(
-            f"node rank {rank} joined from {hello.get('host', '?')} ({len(self.joined) + 1}/{self.nnodes} nodes)"
+            f"node rank {rank} joined from {hello.get('host', '?')} "
+            f"({len(self.joined) + 1}/{self.nnodes} nodes)"
         )
         if len(self.joined) == self.nnodes - 1:
             self.all_joined.set()

@@ -72,7 +72,7 @@ class CostModel:
         return self.dense_bytes + self.expert_bytes * frac
 
     def step(self, prefill: list[tuple[int, int]], dec_reqs: int, dec_tokens: int, dec_ctx: int) -> StepCost:
-        """prefill = [(new tokens, tokens already in KV)], decode = requests, tokens (with drafts), sum ctx."""
+        """prefill = [(new tokens, tokens already in KV)]; decode = requests, tokens (+ drafts), sum ctx."""
         p_tokens = 0
         attn_ctx = float(dec_ctx)
         kv_read = float(dec_ctx)

@@ -682,10 +682,11 @@ class Engine:
                 gaps[gap] = gaps.get(gap, 0) + 1
                 r.last_emit = now
                 n_out = len(ctx) - r.prompt_len
-                if n_out >= r.max_new or (not r.ignore_eos and (n_out >= r.natural_len or r.stop_ids)):
-                    if self._check_finish(r):
-                        finished.append(r)
-                        continue
+                if (
+                    n_out >= r.max_new or (not r.ignore_eos and (n_out >= r.natural_len or r.stop_ids))
+                ) and self._check_finish(r):
+                    finished.append(r)
+                    continue
                 r.sink.emit(r, False)
             observe = stats.itl.observe
             for gap, cnt in gaps.items():
@@ -865,7 +866,8 @@ class Engine:
             self.log.vllm(
                 f"SpecDecoding metrics: Mean acceptance length: {1 + st.spec_accepted / st.spec_drafts:.2f}, "
                 f"Accepted throughput: {st.spec_accepted / dt:.2f} tokens/s, "
-                f"Drafted throughput: {st.spec_draft_tokens / dt:.2f} tokens/s, Accepted: {st.spec_accepted} tokens, "
+                f"Drafted throughput: {st.spec_draft_tokens / dt:.2f} tokens/s, "
+                f"Accepted: {st.spec_accepted} tokens, "
                 f"Drafted: {st.spec_draft_tokens} tokens, Per-position acceptance rate: {per_pos}, "
                 f"Avg Draft acceptance rate: {100 * acc:.1f}%",
                 src="metrics.py:96",

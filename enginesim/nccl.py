@@ -173,7 +173,7 @@ def peer_lost_lines(peer: str, host: str | None = None) -> list[str]:
     return [
         f"{host}:{pid}:{tid} [0] transport/net_socket.cc:530 NCCL WARN NET/Socket : peer {peer} "
         "message truncated or connection closed by remote peer",
-        f"{host}:{pid}:{tid} [0] include/socket.h:55 NCCL WARN socketProgress: Connection closed by remote peer "
-        f"{peer}",
+        f"{host}:{pid}:{tid} [0] include/socket.h:55 NCCL WARN socketProgress: "
+        f"Connection closed by remote peer {peer}",
         f"{host}:{pid}:{tid} [0] NCCL INFO transport/net.cc:1296 -> 6",
     ]

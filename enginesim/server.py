@@ -38,8 +38,9 @@ def _preamble(cfg: cli.Config, log: Logger, model: catalog.ModelSpec) -> None:
             log.sgl("Attention backend not specified. Use fa3 backend by default.")
         log.sgl("Init torch distributed begin.", rank=True)
         log.sgl("Init torch distributed ends. mem usage=0.00 GB", rank=True)
+        mem_gb = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override).mem_bytes / (1 << 30)
         log.sgl(
-            f"Load weight begin. avail mem={catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override).mem_bytes / (1 << 30):.2f} GB",
+            f"Load weight begin. avail mem={mem_gb:.2f} GB",
             rank=True,
         )
     else:
@@ -223,7 +224,8 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
             log.raw(line)
         msg = (
             f"NCCL error: remote process exited or there was a network error, NCCL version "
-            f"{nccl.NCCL_VERSION.split('+')[0]}\nncclRemoteError: A call failed possibly due to a network error "
+            f"{nccl.NCCL_VERSION.split('+')[0]}\nncclRemoteError: A call failed possibly due to a network "
+            f"error "
             f"or a remote process exiting prematurely.\nLast error:\nsocketProgress: Connection closed by "
             f"remote peer {peer} (node rank {rank})"
         )

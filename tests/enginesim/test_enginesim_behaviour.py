@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -110,7 +111,7 @@ def _max_gap_with_injection(url: str) -> float:
         assert inj.result().status_code == 200
         bg.result()
     t = result["t"]
-    return max(b - a for a, b in zip(t, t[1:], strict=False))
+    return max(b - a for a, b in itertools.pairwise(t))
 
 
 def test_big_chunk_stalls_running_stream_more_than_small_chunk(start) -> None:

@@ -19,7 +19,7 @@ def test_radix_granularity_sglang_token_vllm_block() -> None:
     sgl, vllm = RadixCache(1), RadixCache(16)
     sgl.insert(seq)
     vllm.insert(seq)
-    probe = seq[:2070] + [7, 7]
+    probe = [*seq[:2070], 7, 7]
     assert sgl.match(probe)[0] == 2070
     assert vllm.match(probe)[0] == 2064
 
