@@ -947,7 +947,6 @@ class OaiSink:
         self.include_usage = bool(so.get("include_usage"))
         self.continuous = bool(so.get("continuous_usage_stats"))
         self.created = int(time.time())
-        self.tasks: set[asyncio.Future[None]] = set()
         self.sent = 0
         self.started = False
         self.text: list[str] = []
