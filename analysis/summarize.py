@@ -135,6 +135,8 @@ def _fill_from_bench(row: dict[str, Any], data: BenchData) -> None:
         if n is None and data.scalars.get("completed") is not None:
             n = int(data.scalars["completed"] + (data.scalars.get("failed") or 0))
         row["num_prompts"] = n
+    if data.reliable is False:
+        row["status_note"] = _join(row["status_note"], "client timing unreliable (loadgen reliable=false)")
     if data.runs_in_file > 1:
         row["status_note"] = _join(
             row["status_note"], f"file holds {data.runs_in_file} runs; the last was used"

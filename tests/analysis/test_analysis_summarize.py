@@ -114,6 +114,8 @@ def test_meta_marked_background_failure_and_count_mismatch(tmp_path: Path, cli) 
     )
     meta = run / "cases" / "short_c8" / "rep1" / "meta.json"
     meta.write_text(json.dumps(dict(json.loads(meta.read_text()), num_prompts=41)))
+    bench = run / "cases" / "short_c16" / "rep1" / "bench.json"
+    bench.write_text(json.dumps(dict(json.loads(bench.read_text()), reliable=False)))
     code, _, err = cli("summarize", run)
     assert code == 0, err
     rows = _rows(run / "summary.csv")
@@ -125,6 +127,9 @@ def test_meta_marked_background_failure_and_count_mismatch(tmp_path: Path, cli) 
         and c8["error_type"] == "BENCH_FAILED"
         and "40 completed of 41" in c8["reason"]
     )
+    c16 = next(r for r in rows if r["case_id"] == "short_c16")
+    assert c16["status"] == "completed" and c16["reliable"] == "False" and "unreliable" in c16["status_note"]
+    assert "client timing unreliable" in (run / "report.md").read_text()
 
 
 def _assert_nothing_written(run: Path) -> None:
