@@ -224,4 +224,13 @@ def make_all(
         inj_s = float(inj_e2e.max()) / 1000.0 if inj_e2e is not None and inj_e2e.size else None
         if plot_itl_timeline(plot_dir / name, datas[i], injections.get(e.rep), e.rep, workload, inj_s):
             made.append(f"plots/{name}")
+        else:
+            rows[i]["status_note"] = _join_note(
+                rows[i]["status_note"],
+                "no ITL timeline: the result has no per-event timestamps (needs loadgen --output-details)",
+            )
     return made
+
+
+def _join_note(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b

@@ -19,7 +19,7 @@ import orjson
 from analysis.atomic import read_json_object, write_json
 from analysis.errors import InputError
 from analysis.formats import as_int, counts, detect_format
-from analysis.rawload import Loaded, load_result
+from analysis.rawload import Loaded, load_result, load_sglang_summary
 
 STATUSES = ("planned", "running", "completed", "failed")
 ERROR_TYPES = (
@@ -317,7 +317,8 @@ def check_loaded(loaded: Loaded, expect: int, expect_osl: int | None) -> str | N
 
 def check_bench(path: str | Path, expect: int, expect_osl: int | None) -> tuple[int, str]:
     """(exit code, message) for ``check-bench``."""
-    loaded = load_result(path)
+    # A big SGLang --output-details file: counts, lengths and the tail are enough (see rawload).
+    loaded = load_sglang_summary(path) or load_result(path)
     reason = check_loaded(loaded, expect, expect_osl)
     if reason:
         return 1, reason
@@ -345,7 +346,7 @@ def case_done(case_dir: str | Path, expect: int | None) -> tuple[int, str]:
                 meta_path, "field 'num_prompts'", "missing; expected an integer (or pass --expect-requests)"
             )
     try:
-        loaded = load_result(case_dir / "bench.json")
+        loaded = load_sglang_summary(case_dir / "bench.json") or load_result(case_dir / "bench.json")
         reason = check_loaded(loaded, expect, None)
     except InputError as exc:
         return 1, f"{case_dir}: not done: {exc}"

@@ -190,3 +190,17 @@ def test_missing_run_dir_and_empty_run(tmp_path: Path, cli) -> None:
     (tmp_path / "empty").mkdir()
     code, _, err = cli("summarize", tmp_path / "empty")
     assert code == 2 and "no cases/" in err
+
+
+def test_background_without_timestamps_gets_no_timeline_and_a_note(tmp_path: Path, cli) -> None:
+    run = make_run(tmp_path, reps=1)
+    bg = run / "mixed" / "rep1" / "decode_background"
+    shutil.copy(FIXTURES / "sglang-0.5.23_c32_details.jsonl", bg / "bench.json")
+    meta = json.loads((bg / "meta.json").read_text())
+    (bg / "meta.json").write_text(json.dumps(dict(meta, num_prompts=96)))
+    code, _, err = cli("summarize", run)
+    assert code == 0, err
+    assert not (run / "plots" / "mixed_itl_rep1.png").exists()
+    row = next(r for r in _rows(run / "summary.csv") if r["role"] == "decode_background")
+    assert row["status"] == "completed" and row["per_request_arrays"] == "present"
+    assert "no ITL timeline" in row["status_note"] and "overlap not verifiable" in row["status_note"]
