@@ -87,7 +87,7 @@ def main() -> int:
     rig = Rig.create().up()
     try:
         run_id = f"bench-orch-{int(time.time())}"
-        env = {k: v for k, v in rig.ansible_env().items() if k.startswith(("ANSIBLE_", "LC_", "LANG"))}
+        env = {k: v for k, v in rig.ansible_env().items() if k.startswith(("ANSIBLE_", "LC_", "LANG", "PATH"))}
         with tempfile.TemporaryDirectory(prefix="qm-bench-runner-") as pdd:
             started = time.monotonic()
             result = ansible_runner.run(

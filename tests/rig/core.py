@@ -274,7 +274,7 @@ class Rig:
 
     def _make_host_dirs(self, host: RigHost) -> None:
         """Per-host dirs, stand-in RDMA devices and HCAs, and the docker shim on the host's PATH."""
-        for sub in ("work", "bin", "ib", "docker", "tmp", "devices/infiniband"):
+        for sub in ("work", "bin", "ib", "docker", "tmp", "home", "devices/infiniband"):
             (host.path / sub).mkdir(parents=True, exist_ok=True)
         for dev in RDMA_DEVICES:
             make_char_device(host.devices_dir / "infiniband" / dev)

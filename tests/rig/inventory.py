@@ -23,9 +23,14 @@ DUAL = Path(__file__).resolve().parents[2] / "inventory" / "dual"
 # The small case subset the rig runs by default (ids from scenarios/quick_map.tsv); -e case_ids wins.
 DEFAULT_CASES = os.environ.get("QM_RIG_CASES", "cold_prefill_4k,short_decode_c1")
 # enginesim speed-up on the rig (0.02 = 50x faster than the modelled hardware).
-TIME_SCALE = os.environ.get("QM_RIG_TIME_SCALE", "0.02")
+# Slower than inventory/local's 0.02 on purpose: the A/B's background must still be decoding when the
+# injection goes out after marker + delay + a few SSH round trips, and emulated time costs no CPU
+# (a longer stream of tokens would, on a shared 2-core box).
+TIME_SCALE = os.environ.get("QM_RIG_TIME_SCALE", "0.2")
 # The model as the engine sees it (enginesim catalogue name) and its stand-in directory on each host.
-MODEL = "Qwen/Qwen3-0.6B"
+# DeepSeek-V3: the kind of model served TP16/EP2 over two nodes, and its 160K context takes the A/B's
+# 128K injection (Qwen3-0.6B's 40960 does not).
+MODEL = "deepseek-ai/DeepSeek-V3"
 
 
 def read_dual() -> dict:
@@ -116,9 +121,16 @@ def host_overrides(rig: Rig, role: str) -> dict:
         "rig_time_scale": "{{ time_scale | default('" + TIME_SCALE + "') }}",
         "engine_env": {"ENGINESIM_TIME_SCALE": "{{ rig_time_scale }}", "ENGINESIM_IB_DIR": str(host.ib_dir)},
         "engine_start_timeout_s": 90,
-        "bench_tokenizer": MODEL,
+        # Token counts from the server's /tokenize (the rig has no tokenizer files; same as inventory/local).
+        "bench_tokenizer": "server",
         "bench_timeout_s": 120,
         "mixed_injection_delay_s": 1,
+        # The A/B's decode stream, shortened for the rig: 48 prompts at C=32 (1.5 waves, about 9 s of
+        # background at the rig's time scale); no warm-up request (it would add a 1K decode per run).
+        "mixed_decode": {"isl": 1024, "osl": 1024, "concurrency": 32, "num_prompts": 48, "warmup": 0},
+        # At most 2 prompts per fixed case (recorded as the case's num_prompts): a rig run proves the
+        # orchestration, not the numbers.
+        "bench_num_prompts_cap": "{{ num_prompts_cap | default(2) }}",
         "preflight_min_free_disk_gb": 1,
         # --- a small plan by default; -e case_ids / -e repetitions still win (same aliases as dual)
         "quickmap_case_ids": "{{ case_ids | default('" + DEFAULT_CASES + "') }}",

@@ -79,7 +79,10 @@ def write_config(
                 "PrintMotd no",
                 "LogLevel INFO",
                 # The docker shim is first on PATH for every session, like a real node's docker CLI.
-                f"SetEnv PATH={path} QM_RIG_HOST={host_name}",
+                # HOME is the host's own (applied after sshd's defaults): root's shell reads that home's
+                # (empty) rc files instead of this machine's ~/.bashrc (pyenv init costs ~0.2 s per SSH
+                # command here, which a GPU node would not charge), and ~/.ansible stays per host.
+                f"SetEnv PATH={path} HOME={host_dir / 'home'} QM_RIG_HOST={host_name}",
                 "Subsystem sftp internal-sftp",
                 "",
             ]
