@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import platform
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -38,9 +37,9 @@ _FLOAT_KEYS = {"injection_sent_epoch_s", "background_main_started_epoch_s"}
 # A key is secret when one of its _/-/. separated parts is one of these words (so HF_TOKEN and
 # api_key go, but "tokenizer" and "max_tokens" stay).
 _SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIALS"}
-_SECRET_ASSIGN = re.compile(r"\b([A-Za-z0-9_]+)=(\S+)")
-_SECRET_FLAG = re.compile(r"(--(?:api-key|hf-token|token|password|secret)(?:=|\s+))(\S+)", re.IGNORECASE)
-_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b")
+_SECRET_ASSIGN = r"\b([A-Za-z0-9_]+)=(\S+)"
+_SECRET_FLAG = r"(?i)(--(?:api-key|hf-token|token|password|secret)(?:=|\s+))(\S+)"
+_HF_TOKEN = r"\bhf_[A-Za-z0-9]{16,}\b"
 
 
 def now_iso() -> str:
@@ -164,15 +163,17 @@ def redact(obj: Any) -> Any:
     if isinstance(obj, list):
         return [redact(v) for v in obj]
     if isinstance(obj, str):
-        s = _SECRET_ASSIGN.sub(
-            lambda m: f"{m.group(1)}=***" if _is_secret_key(m.group(1)) else m.group(0), obj
+        s = re.sub(
+            _SECRET_ASSIGN, lambda m: f"{m.group(1)}=***" if _is_secret_key(m.group(1)) else m.group(0), obj
         )
-        s = _SECRET_FLAG.sub(lambda m: m.group(1) + "***", s)
-        return _HF_TOKEN.sub("hf_***", s)
+        s = re.sub(_SECRET_FLAG, lambda m: m.group(1) + "***", s)
+        return re.sub(_HF_TOKEN, "hf_***", s)
     return obj
 
 
 def _git_state(repo: Path) -> dict[str, Any]:
+    import subprocess  # lazy: only the manifest's first write needs it
+
     def git(*args: str) -> str | None:
         try:
             res = subprocess.run(
@@ -355,20 +356,20 @@ def case_done(case_dir: str | Path, expect: int | None) -> tuple[int, str]:
     return 0, f"{case_dir}: done ({expect} requests)"
 
 
-_OOM = re.compile(
-    r"out of memory|OutOfMemoryError|Out of memory even after retracting|OOMKilled|oom-kill|"
-    r"Cannot allocate memory|not enough memory",
-    re.IGNORECASE,
+# Patterns are plain strings (compiled on first use by re's cache): importing this module is on
+# the path of every per-case role call.
+_OOM = (
+    r"(?i)out of memory|OutOfMemoryError|Out of memory even after retracting|OOMKilled|oom-kill|"
+    r"Cannot allocate memory|not enough memory"
 )
-_DEAD = re.compile(
+_DEAD = (
     r"EngineDeadError|Scheduler hit an exception|Received sigquit|Segmentation fault|core dumped|"
-    r"Killed process|exited with code [1-9]|Traceback \(most recent call last\)",
+    r"Killed process|exited with code [1-9]|Traceback \(most recent call last\)"
 )
-_TRANSPORT = re.compile(
-    r"Connection refused|ConnectError|ClientConnectorError|Server disconnected|RemoteProtocolError|"
+_TRANSPORT = (
+    r"(?i)Connection refused|ConnectError|ClientConnectorError|Server disconnected|RemoteProtocolError|"
     r"ConnectionResetError|Connection reset|ReadError|ServerDisconnectedError|Broken pipe|stream_cut|"
-    r"error_class.{0,4}(connection|stream_cut)",
-    re.IGNORECASE,
+    r"error_class.{0,4}(connection|stream_cut)"
 )
 
 
@@ -399,14 +400,14 @@ def classify_failure(
     case_dir = Path(case_dir)
     server_text = _tail(Path(server_log) if server_log else None)
     bench_text = _tail(case_dir / "bench.log")
-    if m := _OOM.search(server_text) or _OOM.search(bench_text):
+    if m := re.search(_OOM, server_text) or re.search(_OOM, bench_text):
         return "OOM", f"log says {m.group(0)!r}"
     if health_url and not _healthy(health_url):
         return "SERVER_DEAD", f"{health_url} did not answer 2xx"
-    if not health_url and (m := _DEAD.search(server_text)):
+    if not health_url and (m := re.search(_DEAD, server_text)):
         return "SERVER_DEAD", f"server log says {m.group(0)!r}"
     if timed_out:
         return "TIMEOUT", "the client ran past its timeout"
-    if m := _TRANSPORT.search(bench_text):
+    if m := re.search(_TRANSPORT, bench_text):
         return "TRANSPORT_ERROR", f"bench.log says {m.group(0)!r}"
     return "BENCH_FAILED", "no OOM, dead server, timeout or transport error found"
