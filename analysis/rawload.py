@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 from pathlib import Path
 from typing import Any
 
@@ -140,24 +141,30 @@ def load_sglang_summary(path: str | Path) -> Loaded | None:
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    body = data.rstrip()
-    if not body.startswith(b'{"') or not body.endswith(b"}") or b"\n" in body:
-        return None  # JSONL with several runs, pretty-printed JSON or a log: full path
-    cut = body.find(_SGLANG_DETAIL_START)
-    if cut < 0:
+        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            # mmap: only the head and tail are copied; the rest is scanned in place.
+            end = len(m)
+            while end > 0 and m[end - 1] in _WS:
+                end -= 1
+            if end < 2 or m[:2] != b'{"' or m[end - 1] != 0x7D or m.find(b"\n", 0, end) >= 0:
+                return None  # not one JSON object on one line (several runs, pretty JSON, a log)
+            cut = m.find(_SGLANG_DETAIL_START, 0, end)
+            if cut < 0:
+                return None
+            lens_at = m.find(_SGLANG_OUTPUT_LENS, cut, end)
+            lens_end = m.find(b"]", lens_at, end) if lens_at >= 0 else -1
+            err_at = m.rfind(_SGLANG_ERRORS, 0, end)
+            if lens_at < 0 or lens_end < 0 or err_at < lens_end:
+                return None
+            head_bytes = m[:cut] + b"}"
+            lens_bytes = m[lens_at + len(_SGLANG_OUTPUT_LENS) - 1 : lens_end + 1]
+            tail_bytes = b"{" + m[err_at:end]
+    except (OSError, ValueError):  # ValueError: mmap of an empty file
         return None
     try:
-        head = parse_json_bytes(body[:cut] + b"}")
-        lens_at = body.find(_SGLANG_OUTPUT_LENS, cut)
-        lens_end = body.find(b"]", lens_at)
-        err_at = body.rfind(_SGLANG_ERRORS)
-        if lens_at < 0 or lens_end < 0 or err_at < lens_end:
-            return None
-        output_lens = orjson.loads(body[lens_at + len(_SGLANG_OUTPUT_LENS) - 1 : lens_end + 1])
-        tail = parse_json_bytes(b"{" + body[err_at:])
+        head = parse_json_bytes(head_bytes)
+        output_lens = orjson.loads(lens_bytes)
+        tail = parse_json_bytes(tail_bytes)
     except (ValueError, orjson.JSONDecodeError):
         return None
     if not isinstance(head, dict) or not isinstance(tail, dict) or not isinstance(output_lens, list):
