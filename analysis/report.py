@@ -78,7 +78,15 @@ def render(
     if not manifest:
         L.append("_No manifest.json in this run directory: provenance unknown._")
     L += [f"- {k}: {v}" for k, v in info if v is not None]
+    reasons = manifest.get("abort_reasons")
+    if isinstance(reasons, list) and reasons:
+        L.append("- **run stopped early**: " + "; ".join(map(str, reasons)))
     L.append("")
+    if not rows:
+        L += [
+            "**No case ran**: the run directory holds no `cases/<case>/rep<N>/` or `mixed/rep<N>/<role>/`.",
+            "",
+        ]
 
     # ---- status
     L.append("## Status")

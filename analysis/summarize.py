@@ -363,8 +363,7 @@ def summarize(run_dir: str | Path) -> str:
         raise InputError(run_dir, None, "run directory not found")
     manifest = read_json_object(run_dir / "manifest.json")
     entries = discover(run_dir)
-    if not entries:
-        raise InputError(run_dir, None, "no cases/<case>/rep<N>/ or mixed/rep<N>/<role>/ directories found")
+    # A run that stopped before its first case (e.g. a failed gate) still gets a report saying so.
     jobs = [(str(e.bench), e.suite == "mixed") for e in entries if e.bench is not None]
     results = iter(_read_all(jobs))
     rows: list[dict[str, Any]] = []

@@ -187,9 +187,16 @@ def test_sequential_and_parallel_reads_agree(tmp_path: Path, monkeypatch: pytest
 def test_missing_run_dir_and_empty_run(tmp_path: Path, cli) -> None:
     code, _, err = cli("summarize", tmp_path / "nope")
     assert code == 2 and "run directory not found" in err
-    (tmp_path / "empty").mkdir()
-    code, _, err = cli("summarize", tmp_path / "empty")
-    assert code == 2 and "no cases/" in err
+    run = tmp_path / "stopped"
+    run.mkdir()
+    (run / "manifest.json").write_text(
+        json.dumps({"status": "failed", "abort_reasons": ["NCCL gate: NET/Socket"]})
+    )
+    code, _, err = cli("summarize", run)
+    assert code == 0, err  # a run stopped before its first case still gets a report that says so
+    text = (run / "report.md").read_text()
+    assert "No case ran" in text and "NCCL gate: NET/Socket" in text
+    assert (run / "summary.csv").read_text().startswith("suite,case_id")
 
 
 def test_background_without_timestamps_gets_no_timeline_and_a_note(tmp_path: Path, cli) -> None:
