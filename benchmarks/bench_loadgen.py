@@ -6,8 +6,9 @@ one token per SSE event, true send time of every event logged), send 4*C request
 error = reported - truth (mean and p99). Plus max ingest: TTFT = ITL = 0, C = 256, 512 out; the
 client's reported output tok/s vs what the server actually sent.
 
-Clients: ``loadgen`` (this package, raw asyncio protocol, --workers auto), ``loadgen-w1`` (one
-worker process), ``httpx`` and ``aiohttp`` (the same measuring loop written on those libraries:
+Clients: ``loadgen`` (this package, raw asyncio, kernel receive timestamps, --workers auto),
+``loadgen-w1``/``loadgen-w2`` (one/two worker processes), ``loadgen-read`` (event time = when the
+loop read the bytes, not the kernel timestamp), ``httpx`` and ``aiohttp`` (the same measuring loop written on those libraries:
 pooled client, absolute-time dispatch, perf_counter_ns per received chunk).
 
 usage: python benchmarks/bench_loadgen.py [--clients loadgen,httpx,aiohttp] [--conc 1,64,256,1024]
@@ -135,6 +136,11 @@ async def _baseline(lib: str, port: int, conc: int, n: int, out_len: int) -> dic
             times = times[:-1]
             return st, times
 
+    # warm the pool: one 1-token request per lane (truth.py drops requests of < 2 tokens)
+    full_len = body["sampling_params"]["max_new_tokens"]
+    body["sampling_params"]["max_new_tokens"] = 1
+    await asyncio.gather(*(one() for _ in range(conc)))
+    body["sampling_params"]["max_new_tokens"] = full_len
     queue = list(range(n))
     t_start = time.perf_counter_ns()
 
@@ -199,6 +205,8 @@ def run_client(client: str, port: int, conc: int, n: int, out_len: int, tmp: str
             cmd += ["--workers", "1"]
         elif client == "loadgen-w2":
             cmd += ["--workers", "2"]
+        elif client == "loadgen-read":
+            cmd += ["--timestamps", "read"]
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=900)
         with open(out) as f:
             d = json.load(f)
