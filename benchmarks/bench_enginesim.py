@@ -123,6 +123,13 @@ def _wait_health(url: str, proc: subprocess.Popen) -> None:
     raise TimeoutError("server not healthy")
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc), to express throughput per CPU-second of the server."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def paced_scale(conc: int, target: float, isl: int, osl: int) -> float:
     """Time scale at which the emulated decode steps of `conc` streams produce `target` events/s."""
     sys.path.insert(0, str(REPO))
@@ -168,6 +175,7 @@ def one_run(args: argparse.Namespace, scale: float) -> dict:
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_health(url, srv)
+        cpu0 = cpu_seconds(srv.pid)
         cli = subprocess.run(
             [
                 sys.executable,
@@ -193,6 +201,8 @@ def one_run(args: argparse.Namespace, scale: float) -> dict:
             timeout=600,
         )
         result = json.loads(cli.stdout.strip().splitlines()[-1])
+        result["server_cpu_s"] = cpu_seconds(srv.pid) - cpu0
+        result["events_per_server_cpu_s"] = result["events"] / max(result["server_cpu_s"], 1e-9)
         info = _get(url + "/server_info")["enginesim"]
         result["server_sched_lag_ms"] = info["sched_lag_ms"]
         result["server_events"] = info["events"]
@@ -252,6 +262,9 @@ def main() -> int:
             "time_scale": scale,
             "events_per_s_runs": [round(x) for x in eps],
             "events_per_s_median": round(statistics.median(eps)),
+            "events_per_server_cpu_s_median": round(
+                statistics.median(r["events_per_server_cpu_s"] for r in runs)
+            ),
             "sched_lag_ms_p50_median": statistics.median(r["server_sched_lag_ms"]["p50"] for r in runs),
             "sched_lag_ms_p99_median": statistics.median(r["server_sched_lag_ms"]["p99"] for r in runs),
             "requests": [r["requests"] for r in runs],
@@ -259,7 +272,7 @@ def main() -> int:
         s = summary[kind]
         print(
             f"{kind:9s} scale={scale:.3g} events/s runs={s['events_per_s_runs']} "
-            f"median={s['events_per_s_median']} "
+            f"median={s['events_per_s_median']} per-server-CPU-s={s['events_per_server_cpu_s_median']} "
             f"server sched lag p50={s['sched_lag_ms_p50_median']} ms p99={s['sched_lag_ms_p99_median']} ms",
             flush=True,
         )

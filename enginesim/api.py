@@ -865,9 +865,12 @@ class App:
 
 
 class SglSink:
-    """SGLang /generate output: cumulative text + output_ids + meta_info per chunk, or one JSON at the end."""
+    """SGLang /generate output: cumulative text + output_ids + meta_info per chunk, or one JSON at the end.
 
-    __slots__ = ("app", "conn", "rid", "rid_b", "sent_text", "stream", "text")
+    The cumulative fields are kept JSON-encoded and grown per token, so a chunk costs O(new tokens).
+    """
+
+    __slots__ = ("app", "conn", "ids_json", "rid", "rid_b", "sent_text", "stream", "text", "text_json")
 
     def __init__(self, app: App, conn: Conn, rid: str, stream: bool) -> None:
         self.app = app
@@ -875,22 +878,31 @@ class SglSink:
         self.rid = rid
         self.stream = stream
         self.text = ""
+        self.text_json = bytearray(b'"')
+        self.ids_json = bytearray(b"[")
         self.sent_text = 0
         self.rid_b = dumps(rid)[1:-1]
 
     def emit(self, r: Req, finished: bool) -> None:
         app = self.app
         end = len(r.ctx)
-        self.text += app.text_of(r, r.prompt_len + self.sent_text, end)
+        start = r.prompt_len + self.sent_text
+        piece = app.text_of(r, start, end)
+        self.text += piece
         self.sent_text = end - r.prompt_len
         if self.stream and not finished:
+            self.text_json += dumps(piece)[1:-1]
+            ids = self.ids_json
+            for t in r.ctx[start:end]:
+                ids += b"%d," % t
             self.conn.chunk(
-                b'data: {"text":%b,"output_ids":%b,"meta_info":{"id":"%b","finish_reason":null,'
-                b'"prompt_tokens":%d,"weight_version":"default","num_retractions":%d,"reasoning_tokens":0,"completion_tokens":%d,'
-                b'"cached_tokens":%d,"cached_tokens_details":{"device":%d,"host":0},"dp_rank":null}}\n\n'
+                b'data: {"text":%b","output_ids":%b],"meta_info":{"id":"%b","finish_reason":null,'
+                b'"prompt_tokens":%d,"weight_version":"default","num_retractions":%d,'
+                b'"reasoning_tokens":0,"completion_tokens":%d,"cached_tokens":%d,'
+                b'"cached_tokens_details":{"device":%d,"host":0},"dp_rank":null}}\n\n'
                 % (
-                    dumps(self.text),
-                    dumps(r.ctx[r.prompt_len :]),
+                    self.text_json,
+                    ids[:-1] if len(ids) > 1 else ids,
                     self.rid_b,
                     r.prompt_len,
                     r.retractions,

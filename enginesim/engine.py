@@ -796,9 +796,8 @@ class Engine:
         self.wake.set()
         crash = self.cfg.sim.crash_after
         if crash is not None and self.completed >= crash and self.on_crash:
-            self.on_crash(
-                f"injected crash after {self.completed} requests (--sim-crash-after/ENGINESIM_CRASH_AFTER)"
-            )
+            cb, self.on_crash = self.on_crash, None
+            cb(f"injected crash after {self.completed} requests (--sim-crash-after/ENGINESIM_CRASH_AFTER)")
         hang = self.cfg.sim.hang_after
         if hang is not None and self.completed >= hang and not self.hung:
             self.hung = True
