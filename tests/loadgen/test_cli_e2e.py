@@ -48,9 +48,12 @@ def test_each_backend_measures_every_request(lg, backend, path):
     assert res["total_output_tokens"] == 12 * 8
     assert res["total_input_tokens"] == 12 * 16
     assert all(r["tokens_source"] == "server" for r in res["requests"])
-    # server TTFT is 30 ms from arrival; the client's TTFT counts from its send, so a bit more
-    assert 29.0 <= res["median_ttft_ms"] < 60.0
-    assert 3.5 <= res["median_itl_ms"] < 8.0
+    # the server is never early: TTFT >= 30 ms, E2E >= 30 + 7 x 4 ms (upper bounds are loose: the
+    # test box is shared, a late server is not the client's error)
+    assert all(r["ttft_ms"] >= 29.9 and r["e2e_ms"] >= 57.9 for r in res["requests"])
+    assert res["median_ttft_ms"] < 1000
+    # one token per event: the mean per-event ITL equals the mean TPOT of equal-length requests
+    assert abs(res["mean_itl_ms"] - res["mean_tpot_ms"]) < 1e-6
     main = [r for r in srv.requests if r["path"] == path]
     assert len(main) == 13  # 12 + 1 warm-up
     body = main[-1]["body"]
@@ -96,8 +99,8 @@ def test_both_timestamp_sources_agree_with_the_server_schedule(lg, ts):
         )
     assert cp.returncode == 0, cp.stderr
     assert res["timestamps"] == ts and res["completed"] == 6
-    assert 19.5 <= res["median_ttft_ms"] < 30.0
-    assert 9.0 < res["median_itl_ms"] < 11.5
+    assert all(r["ttft_ms"] >= 19.9 and r["e2e_ms"] >= 69.9 for r in res["requests"])
+    assert res["median_ttft_ms"] < 1000 and res["p99_e2e_latency_ms"] < 2000
 
 
 def test_disable_ignore_eos_is_sent(lg):
@@ -146,14 +149,18 @@ def test_itl_split_for_multi_token_events(lg):
         )
     assert cp.returncode == 0, cp.stderr
     assert res["total_output_tokens"] == 64
-    assert 18.0 < res["median_itl_ms"] < 25.0
-    assert 4.5 < res["median_itl_per_token_ms"] < 6.3
+    assert all(r["e2e_ms"] - r["ttft_ms"] >= 0 for r in res["requests"])
+    assert all(r["e2e_ms"] >= 69.9 for r in res["requests"])  # 10 ms + 3 x 20 ms at the earliest
+    # every event carries 4 tokens: each per-token sample is a quarter of its event gap
+    assert abs(res["median_itl_per_token_ms"] - res["median_itl_ms"] / 4) < 1e-6
     r = res["requests"][0]
     assert r["event_tokens"] == [4, 4, 4, 4]
     assert len(res["itls"][0]) == 12  # 3 gaps x 4 tokens, split evenly
     assert abs(res["itls"][0][0] - res["itls"][0][3]) < 1e-12
-    # TPOT = (E2E - TTFT)/(16 - 1): 60 ms over 15 tokens
-    assert 3.6 < res["median_tpot_ms"] < 5.0
+    # TPOT = (E2E - TTFT)/(16 - 1), the per-token ITLs of a request sum to E2E - TTFT
+    r = res["requests"][0]
+    assert abs(r["tpot_ms"] - (r["e2e_ms"] - r["ttft_ms"]) / 15) < 1e-6
+    assert abs(sum(res["itls"][0]) * 1e3 - (r["e2e_ms"] - r["ttft_ms"])) < 1e-3
 
 
 def test_queue_time_is_reported_not_hidden(lg):
@@ -184,8 +191,13 @@ def test_queue_time_is_reported_not_hidden(lg):
     q = [r["queue_time_ms"] for r in reqs]
     assert q[0] < 5.0
     for k in (1, 2, 3):
-        assert 55.0 * k < q[k] < 55.0 * k + 40.0, q
-    assert all(40.0 <= r["ttft_ms"] < 60.0 for r in reqs)
+        # each request takes >= 60 ms at the server; the k-th waits for all before it
+        assert 55.0 * k < q[k] < 55.0 * k + 1000.0, q
+        # the wait is the gap from the schedule to the send, minus only the (tiny) schedule lag
+        gap_ms = (reqs[k]["send_s"] - reqs[k]["scheduled_s"]) * 1e3
+        assert abs(gap_ms - q[k] - reqs[k]["schedule_lag_ms"]) < 1e-3
+        assert reqs[k]["schedule_lag_ms"] < 50.0
+    assert all(39.9 <= r["ttft_ms"] < 1000.0 for r in reqs)
     assert res["mean_queue_time_ms"] > 50.0
     assert srv.max_active == 1
 
