@@ -27,6 +27,8 @@ def _n(v: Any, digits: int = 1) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
     if isinstance(v, float):
+        if 0 < abs(v) < 1:  # sub-millisecond latencies (an emulator, a fast GPU): keep 3 figures
+            return f"{v:.3g}"
         return f"{v:,.{digits}f}"
     return str(v)
 
@@ -64,7 +66,12 @@ def render(
     tv = manifest.get("tool_versions") or {}
     info = [
         ("model", manifest.get("model")),
-        ("engine image", tv.get("engine_image") or manifest.get("engine_image")),
+        (
+            "engine image",
+            tv.get("engine_image")
+            or manifest.get("engine_image")
+            or (f"none ({manifest['engine_runtime']} runtime)" if manifest.get("engine_runtime") else None),
+        ),
         ("run status", manifest.get("status")),
         ("started / ended", f"{manifest.get('started_at', 'n/a')} / {manifest.get('ended_at', 'n/a')}"),
         ("git commit", f"{git.get('commit')} (dirty: {git.get('dirty')})" if git else None),
