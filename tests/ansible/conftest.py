@@ -1,0 +1,49 @@
+"""Fixtures for the Ansible integration tests: real playbook runs on inventory/local (enginesim)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .runner import base_extravars, free_port, pid_alive, zipapp_path
+
+# Small and fast, but every phase real: enginesim at 1/50 of real time, a short A/B.
+FAST: dict[str, Any] = {
+    "engine_env": {"ENGINESIM_TIME_SCALE": "0.02"},
+    "mixed_decode": {"isl": 512, "osl": 512, "concurrency": 32, "num_prompts": 320, "warmup": 1},
+    "mixed_injection_delay_s": 1,
+    "engine_start_timeout_s": 60,
+}
+
+
+@pytest.fixture(scope="session")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return zipapp_path(tmp_path_factory.mktemp("zipapp"))
+
+
+@pytest.fixture
+def run_env(tmp_path: Path, pyz: Path) -> Iterator[dict[str, Any]]:
+    """Isolated results root + free port; after the test, any server it left is stopped by PID."""
+    results = tmp_path / "results"
+    port = free_port()
+    ev = base_extravars(results, pyz, port, **FAST)
+    yield {"results": results, "port": port, "extravars": ev, "tmp": tmp_path}
+    for pidfile in (results / ".state").glob("*.pid") if (results / ".state").is_dir() else []:
+        try:
+            pid = int(pidfile.read_text().strip())
+        except ValueError:
+            continue
+        if pid_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def port_listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
