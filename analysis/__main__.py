@@ -113,7 +113,13 @@ def _run(args: argparse.Namespace) -> int:
     from analysis import state
 
     if cmd == "write-case":
-        print(state.write_case(args.case_dir, args.status, state.parse_assignments(args.set, args.set_json)))
+        print(
+            state.write_case(
+                args.case_dir,
+                args.status,
+                state.parse_assignments(args.set, args.set_json, f"{args.case_dir}/meta.json"),
+            )
+        )
         return 0
     if cmd == "mark-case-failed":
         print(state.mark_case_failed(args.case_dir, args.error_type, args.reason))
@@ -128,7 +134,9 @@ def _run(args: argparse.Namespace) -> int:
     if cmd == "write-manifest":
         print(
             state.write_manifest(
-                args.run_dir, state.parse_assignments(args.set, args.set_json), args.nccl_env
+                args.run_dir,
+                state.parse_assignments(args.set, args.set_json, f"{args.run_dir}/manifest.json"),
+                args.nccl_env,
             )
         )
         return 0

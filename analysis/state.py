@@ -51,12 +51,12 @@ def now_iso() -> str:
 # ---------------------------------------------------------------- --set parsing
 
 
-def _coerce(key: str, value: str, flag: str) -> Any:
+def _coerce(key: str, value: str, flag: str, target: str | None) -> Any:
     if key in _INT_KEYS:
         try:
             return int(value)
         except ValueError:
-            raise InputError(None, f"{flag} {key}={value}", "expected an integer value") from None
+            raise InputError(target, f"{flag} {key}={value}", "expected an integer value") from None
     if key in _FLOAT_KEYS:
         try:
             return float(value)
@@ -67,24 +67,32 @@ def _coerce(key: str, value: str, flag: str) -> Any:
     return value
 
 
-def parse_assignments(sets: list[str] | None, set_jsons: list[str] | None) -> dict[str, Any]:
-    """``--set k=v`` (string; known numeric keys coerced) and ``--set-json k=JSON`` into one dict."""
+def parse_assignments(
+    sets: list[str] | None, set_jsons: list[str] | None, target: str | Path | None = None
+) -> dict[str, Any]:
+    """``--set k=v`` (string; known numeric keys coerced) and ``--set-json k=JSON`` into one dict.
+
+    ``target`` is the file the values are for, so an error names it.
+    """
+    target = str(target) if target is not None else None
     out: dict[str, Any] = {}
     for flag, items in (("--set", sets or []), ("--set-json", set_jsons or [])):
         for item in items:
             key, sep, value = item.partition("=")
             key = key.strip()
             if not sep or not key:
-                raise InputError(None, f"{flag} {item!r}", "expected key=value")
+                raise InputError(target, f"{flag} {item!r}", "expected key=value")
             if key in _RESERVED:
-                raise InputError(None, f"{flag} {key}", "is managed by the subcommand; use --status")
+                raise InputError(target, f"{flag} {key}", "is managed by the subcommand; use --status")
             if flag == "--set":
-                out[key] = _coerce(key, value, flag)
+                out[key] = _coerce(key, value, flag, target)
             else:
                 try:
                     out[key] = orjson.loads(value)
                 except orjson.JSONDecodeError as exc:
-                    raise InputError(None, f"{flag} {key}", f"value is not valid JSON ({exc.msg})") from None
+                    raise InputError(
+                        target, f"{flag} {key}", f"value is not valid JSON ({exc.msg})"
+                    ) from None
     return out
 
 
@@ -132,7 +140,7 @@ def _update_meta(case_dir: Path, status: str, fields: dict[str, Any], error: dic
     meta["status"] = status
     history = meta.get("history")
     meta["history"] = [*(history if isinstance(history, list) else []), entry]
-    write_json(meta_path, meta)
+    write_json(meta_path, redact(meta))  # bench_cmd may carry an HF_TOKEN=… or --api-key
     return f"{meta_path}: status {status}"
 
 
@@ -208,7 +216,7 @@ def write_manifest(run_dir: str | Path, fields: dict[str, Any], nccl_env: list[s
     for item in nccl_env or []:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise InputError(None, f"--nccl-env {item!r}", "expected NAME=VALUE")
+            raise InputError(path, f"--nccl-env {item!r}", "expected NAME=VALUE")
         env[name.strip()] = value
     if "started_at" not in manifest:
         manifest["started_at"] = now_iso()

@@ -84,6 +84,8 @@ def test_write_case_bad_flags_exit_2_and_write_nothing(
     full = ["write-case", d, *args] if "--status" in args else ["write-case", d, "--status", "running", *args]
     code, _, err = cli(*full)
     assert code == 2 and needle in err
+    if "--status" not in args:
+        assert str(d / "meta.json") in err  # names the file the value was for
     assert not (d / "meta.json").exists()
 
 
@@ -156,6 +158,20 @@ def test_manifest_provenance_secrets_and_completion(cli, tmp_path: Path) -> None
     assert code == 0 and m3["status"] == "partial" and m3["ended_at"] and m3["model"] == "Qwen/Qwen3-0.6B"
     assert m3["case_counts"] == {"total": 3, "completed": 1, "failed": 1, "unknown": 1,
                                  "failed_by_error_type": {"OOM": 1}}  # fmt: skip
+
+
+def test_secrets_never_reach_meta(cli, tmp_path: Path) -> None:
+    d = tmp_path / "c" / "rep1"
+    cli(
+        "write-case",
+        d,
+        "--status",
+        "running",
+        "--set",
+        "bench_cmd=HF_TOKEN=hf_abcdefghijklmnopqrstuv loadgen --x 1",
+    )
+    m = _meta(d)
+    assert m["bench_cmd"] == "HF_TOKEN=*** loadgen --x 1"
 
 
 def test_redact_rules() -> None:
