@@ -105,8 +105,22 @@ def _restore(obj: Any) -> Any:
     return obj
 
 
+_HEAD = 1 << 16
+
+
 def parse_json_bytes(data: bytes) -> Any:
-    """Parse one JSON document, tolerating Python's Infinity/NaN tokens. Raises ValueError."""
+    """Parse one JSON document, tolerating Python's Infinity/NaN tokens. Raises ValueError.
+
+    First try: rewrite non-finite tokens in the first 64 KiB only (where SGLang's summary and its
+    ``request_rate: Infinity`` live) and parse; scanning a multi-MB file for tokens costs more than
+    parsing it. If that fails, the whole buffer is rewritten, then the stdlib parser is the last resort.
+    """
+    if len(data) > _HEAD:
+        head = _sanitize_nonfinite(data[:_HEAD])
+        try:
+            return _restore(orjson.loads(head + data[_HEAD:])) if head is not None else orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
     fixed = _sanitize_nonfinite(data)
     if fixed is not None:  # sanitise first: a failed orjson pass over a big file costs real time
         try:
