@@ -399,6 +399,9 @@ def entry() -> None:
         code = main()
     except BrokenPipeError:
         code = 0
+    except KeyboardInterrupt:  # before the run started (prompt preparation): nothing measured
+        print("loadgen: interrupted before the run started", file=sys.stderr, flush=True)
+        code = 130
     sys.exit(code)
 
 

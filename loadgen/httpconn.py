@@ -145,6 +145,38 @@ class Conn(asyncio.Protocol):
         self.got_bytes = True
         if req.first_byte_ns == 0:
             req.first_byte_ns = t
+        if self._state == _CHUNK_SIZE and self._is_sse and not self._buf and not self._sbuf:
+            # fast path (the common case): whole chunks, each one whole single-line event
+            pos = 0
+            n = len(data)
+            while pos < n:
+                le = data.find(b"\r\n", pos)
+                if le < 0 or le - pos > 8:
+                    break
+                try:
+                    size = int(data[pos:le], 16)
+                except ValueError:
+                    break
+                end = le + 2 + size
+                if (
+                    size < 8
+                    or end + 2 > n
+                    or data[end - 2 : end + 2] != b"\n\n\r\n"
+                    or data[le + 2 : le + 8] != b"data: "
+                ):
+                    break
+                payload = data[le + 8 : end - 2]
+                if b"\n" in payload or b"\r" in payload:
+                    break
+                pos = end + 2
+                if payload == b"[DONE]":
+                    req.done_seen = True
+                else:
+                    req.on_event(t, payload)
+            if pos:
+                if pos == n:
+                    return
+                data = data[pos:]
         try:
             self._feed(data, t)
         except ValueError as exc:  # malformed HTTP framing

@@ -150,15 +150,19 @@ def run(
             pipes[w].send(("go", phase, start))
         return start
 
+    running: list[str] = []  # the phase the workers are in, if any
     try:
         try:
             for msg in collect("ready"):
                 out.pool.append((msg[2], msg[3], msg[4]))
             if warm:
+                running.append("warmup")
                 go("warmup")
                 for msg in collect("done", "warmup"):
                     out.warm.extend(msg[3])
+                running.clear()
             before_main()
+            running.append("main")
             out.main_start_ns = go("main")
             for msg in collect("done", "main"):
                 out.main.extend(msg[3])
@@ -174,7 +178,7 @@ def run(
             # the workers cancel what is in flight and send what they measured
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             deadline = time.monotonic() + 10.0
-            while live and time.monotonic() < deadline:
+            while live and running and time.monotonic() < deadline:
                 ready = multiprocessing.connection.wait([pipes[w] for w in live], timeout=1.0)
                 for c in ready:
                     w = pipes.index(c)
