@@ -294,3 +294,12 @@ def test_describe_matches_numpy_linear_percentiles() -> None:
         for q in (50, 90, 95, 99):
             assert s[f"p{q}"] == np.percentile(a, q, method="linear")
         assert s["median"] == np.median(a) and s["std"] == a.std() and s["mean"] == pytest.approx(a.mean())
+
+
+def test_nonfinite_in_a_big_document_head_and_tail() -> None:
+    big = [0.5] * 40_000  # > 64 KiB of JSON
+    head_only = b'{"request_rate": Infinity, "x": ' + json.dumps(big).encode() + b"}"
+    assert parse_json_bytes(head_only)["request_rate"] == math.inf
+    both = b'{"request_rate": Infinity, "x": ' + json.dumps(big).encode() + b', "std": NaN}'
+    obj = parse_json_bytes(both)  # the head rewrite is not enough: falls back to the whole buffer
+    assert obj["request_rate"] == math.inf and math.isnan(obj["std"]) and len(obj["x"]) == 40_000
