@@ -239,6 +239,12 @@ def test_classify_failure(cli, tmp_path: Path) -> None:
         "[2026-09-13 16:06:07] Out of memory even after retracting all other requests in the decode batch\n"
     )
     assert cli("classify-failure", d, "--server-log", log)[1].strip() == "OOM"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    assert (
+        cli("classify-failure", d, "--server-log", log, "--timed-out")[1].strip() == "OOM"
+    )  # OOM beats timeout
+    log.write_text("[2026-12-02 10:00:00] Scheduler hit an exception: Traceback (most recent call last):\n")
+    assert cli("classify-failure", d, "--server-log", log)[1].strip() == "SERVER_DEAD"
     log.write_text("fine\n")
     assert (
         cli("classify-failure", d, "--server-log", log, "--health-url", "http://127.0.0.1:9/health")[
