@@ -28,7 +28,7 @@ def _ttft(url: str, ids: list[int]) -> tuple[float, dict]:
 def test_repeated_prompt_hits_radix_cache_and_lowers_ttft(start) -> None:
     srv = start(
         ["sglang", "--model-path", "meta-llama/Llama-2-7b-hf", "--sim-hardware", "a100-80g"],
-        env={"ENGINESIM_TIME_SCALE": "0.3"},
+        env={"ENGINESIM_TIME_SCALE": "1.0"},
     )
     assert httpx.post(srv.url + "/flush_cache").status_code == 200
     ids = _ids(2080, 1)
@@ -50,7 +50,8 @@ def _run_8_under_kv_cap(url: str, path: str, body_of) -> list[dict]:
 
 def test_sglang_kv_cap_retracts_and_all_finish(start) -> None:
     srv = start(
-        ["sglang", "--model-path", "Qwen/Qwen3-0.6B", "--max-total-tokens", "4096", "--enable-metrics"]
+        ["sglang", "--model-path", "Qwen/Qwen3-0.6B", "--max-total-tokens", "4096", "--enable-metrics"],
+        env={"ENGINESIM_TIME_SCALE": "1.0"},
     )
     outs = _run_8_under_kv_cap(
         srv.url,
@@ -91,7 +92,7 @@ def _max_gap_with_injection(url: str) -> float:
             {
                 "input_ids": _ids(256, 5),
                 "stream": True,
-                "sampling_params": {"max_new_tokens": 300, "ignore_eos": True},
+                "sampling_params": {"max_new_tokens": 150, "ignore_eos": True},
             },
         )
 
@@ -123,7 +124,7 @@ def test_big_chunk_stalls_running_stream_more_than_small_chunk(start) -> None:
         "h100",
         "--enable-mixed-chunk",
     ]
-    env = {"ENGINESIM_TIME_SCALE": "0.2"}
+    env = {"ENGINESIM_TIME_SCALE": "1.0"}
     big = start([*common, "--chunked-prefill-size", "8192"], env=env)
     gap_big = _max_gap_with_injection(big.url)
     small = start([*common, "--chunked-prefill-size", "512"], env=env)
@@ -145,7 +146,7 @@ def _decode_time(url: str) -> float:
 
 
 def test_cuda_graph_decode_faster_than_eager(start) -> None:
-    env = {"ENGINESIM_TIME_SCALE": "1.0"}
+    env = {"ENGINESIM_TIME_SCALE": "3.0"}
     graph = start(["sglang", "--model-path", "Qwen/Qwen3-0.6B"], env=env)
     eager = start(["sglang", "--model-path", "Qwen/Qwen3-0.6B", "--disable-cuda-graph"], env=env)
     t_graph, t_eager = _decode_time(graph.url), _decode_time(eager.url)
