@@ -83,6 +83,7 @@ class App:
         self.cfg = engine.cfg
         self.tok = tok
         self.tok_strs = tok._strs
+        self.incremental = bool(engine.cfg.raw.get("incremental_streaming_output"))
         self.info = info  # server args + capacity for /server_info
         self.sgl = self.cfg.flavour == "sglang"
         self.served = self.cfg.served_model_name
@@ -890,6 +891,18 @@ class SglSink:
         piece = app.text_of(r, start, end)
         self.text += piece
         self.sent_text = end - r.prompt_len
+        if self.stream and app.incremental:
+            ids_new = r.ctx[start:end]
+            if not finished:
+                meta = app.meta(r, False)
+                out = {"text": piece, "output_ids": ids_new, "meta_info": meta}
+                self.conn.chunk(b"data: " + dumps(out) + b"\n\n")
+                return
+            out = {"text": piece, "output_ids": ids_new, "meta_info": app.meta(r, True)}
+            self.conn.chunk(b"data: " + dumps(out) + b"\n\n")
+            self.conn.chunk(DONE)
+            self.conn.end_stream()
+            return
         if self.stream and not finished:
             self.text_json += dumps(piece)[1:-1]
             ids = self.ids_json

@@ -632,6 +632,7 @@ class Engine:
         gen = 0
         spec = self.spec
         gaps: dict[float, int] = {}
+        interval = self.cfg.stream_interval
         if spec:
             for r in decode:
                 if r.finished:
@@ -647,7 +648,7 @@ class Engine:
                 r.last_emit = now
                 if self._check_finish(r):
                     finished.append(r)
-                else:
+                elif interval == 1 or r.out_len // interval != (r.out_len - k) // interval:
                     r.sink.emit(r, False)
         else:
             # hot path: one token per running request
@@ -687,7 +688,8 @@ class Engine:
                 ) and self._check_finish(r):
                     finished.append(r)
                     continue
-                r.sink.emit(r, False)
+                if interval == 1 or n_out % interval == 0:
+                    r.sink.emit(r, False)
             observe = stats.itl.observe
             for gap, cnt in gaps.items():
                 observe(gap, cnt)
