@@ -6,10 +6,10 @@ one token per SSE event, true send time of every event logged), send 4*C request
 error = reported - truth (mean and p99). Plus max ingest: TTFT = ITL = 0, C = 256, 512 out; the
 client's reported output tok/s vs what the server actually sent.
 
-Clients: ``loadgen`` (this package, raw asyncio, kernel receive timestamps, --workers auto),
-``loadgen-w1``/``loadgen-w2`` (one/two worker processes), ``loadgen-read`` (event time = when the
-loop read the bytes, not the kernel timestamp), ``httpx`` and ``aiohttp`` (the same measuring loop written on those libraries:
-pooled client, absolute-time dispatch, perf_counter_ns per received chunk).
+Clients: ``loadgen`` (this package, raw asyncio, --workers auto), ``loadgen-w1``/``loadgen-w2``
+(one/two worker processes), ``loadgen-kernel`` (--timestamps kernel: SO_TIMESTAMPNS event times),
+``httpx`` and ``aiohttp`` (the same measuring loop on those libraries: pooled client, pool warmed
+first, closed loop at the concurrency, perf_counter_ns per received chunk).
 
 usage: python benchmarks/bench_loadgen.py [--clients loadgen,httpx,aiohttp] [--conc 1,64,256,1024]
        [--reps 1] [--no-ingest] [--json OUT]
@@ -205,8 +205,8 @@ def run_client(client: str, port: int, conc: int, n: int, out_len: int, tmp: str
             cmd += ["--workers", "1"]
         elif client == "loadgen-w2":
             cmd += ["--workers", "2"]
-        elif client == "loadgen-read":
-            cmd += ["--timestamps", "read"]
+        elif client == "loadgen-kernel":
+            cmd += ["--timestamps", "kernel"]
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=900)
         with open(out) as f:
             d = json.load(f)
