@@ -432,13 +432,16 @@ class Engine:
         items: list[tuple[Req, int]] = []
         r = self.chunked
         if r is not None:
+            # the chunked request continues first; waiting requests may join if budget is left
             left = r.fill_len - r.computed
             n = min(left, budget) if chunk else left
             if not self._alloc(n):
                 return items
             r.private += n
             items.append((r, n))
-            return items
+            budget -= n
+            if n < left or budget <= 0:
+                return items
         avail = self.available()
         reserve = 0.0
         for q in self.running:

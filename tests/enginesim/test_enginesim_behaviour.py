@@ -132,6 +132,24 @@ def test_big_chunk_stalls_running_stream_more_than_small_chunk(start) -> None:
     assert gap_big > 3 * gap_small, (gap_big, gap_small)
 
 
+def test_without_mixed_chunk_decode_stalls_for_the_whole_chunked_prefill(start) -> None:
+    common = [
+        "sglang",
+        "--model-path",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--sim-hardware",
+        "h100",
+        "--chunked-prefill-size",
+        "512",
+    ]
+    env = {"ENGINESIM_TIME_SCALE": "1.0"}
+    separate = start(common, env=env)
+    gap_separate = _max_gap_with_injection(separate.url)
+    mixed = start([*common, "--enable-mixed-chunk"], env=env)
+    gap_mixed = _max_gap_with_injection(mixed.url)
+    assert gap_separate > 3 * gap_mixed, (gap_separate, gap_mixed)
+
+
 def _decode_time(url: str) -> float:
     t, _ = stream_events(
         url,
