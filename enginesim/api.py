@@ -84,6 +84,9 @@ class App:
         self.tok = tok
         self.tok_strs = tok._strs
         self.incremental = bool(engine.cfg.raw.get("incremental_streaming_output"))
+        self.cache_report = bool(
+            engine.cfg.raw.get("enable_cache_report") or engine.cfg.raw.get("enable_prompt_tokens_details")
+        )
         self.info = info  # server args + capacity for /server_info
         self.sgl = self.cfg.flavour == "sglang"
         self.served = self.cfg.served_model_name
@@ -999,9 +1002,8 @@ class OaiSink:
             "total_tokens": r.prompt_len + r.out_len,
             "completion_tokens": r.out_len,
         }
-        u["prompt_tokens_details"] = (
-            {"cached_tokens": r.cached_tokens} if r.cached_tokens or self.app.sgl else None
-        )
+        # filled only with --enable-cache-report (SGLang) / --enable-prompt-tokens-details (vLLM)
+        u["prompt_tokens_details"] = {"cached_tokens": r.cached_tokens} if self.app.cache_report else None
         return u
 
     def _reason(self, r: Req) -> str:

@@ -81,29 +81,31 @@ def test_vllm_kv_cap_preempts_and_all_finish(start) -> None:
     assert "GPU KV cache size: 4,096 tokens" in srv.text()
 
 
-def _max_gap_with_injection(url: str) -> float:
+def _max_gap_with_injection(url: str, vllm: bool = False) -> float:
     """Largest inter-event gap of a decode stream while a 7,168-token prefill lands in the middle."""
     result: dict[str, list[float]] = {}
 
     def background() -> None:
-        result["t"], _ = stream_events(
-            url,
-            "/generate",
-            {
+        if vllm:
+            body = {"prompt": _ids(256, 5), "stream": True, "max_tokens": 150, "ignore_eos": True}
+        else:
+            body = {
                 "input_ids": _ids(256, 5),
                 "stream": True,
                 "sampling_params": {"max_new_tokens": 150, "ignore_eos": True},
-            },
-        )
+            }
+        result["t"], _ = stream_events(url, "/v1/completions" if vllm else "/generate", body)
 
     with ThreadPoolExecutor(2) as ex:
         bg = ex.submit(background)
         time.sleep(0.15)
         inj = ex.submit(
             lambda: httpx.post(
-                url + "/generate",
+                url + ("/v1/completions" if vllm else "/generate"),
                 timeout=60,
-                json={
+                json={"prompt": _ids(7168, 6), "max_tokens": 1, "ignore_eos": True}
+                if vllm
+                else {
                     "input_ids": _ids(7168, 6),
                     "sampling_params": {"max_new_tokens": 1, "ignore_eos": True},
                 },
@@ -129,6 +131,24 @@ def test_big_chunk_stalls_running_stream_more_than_small_chunk(start) -> None:
     gap_big = _max_gap_with_injection(big.url)
     small = start([*common, "--chunked-prefill-size", "512"], env=env)
     gap_small = _max_gap_with_injection(small.url)
+    assert gap_big > 3 * gap_small, (gap_big, gap_small)
+
+
+def test_vllm_token_budget_bounds_the_stall_of_a_running_stream(start) -> None:
+    common = [
+        "vllm",
+        "serve",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--sim-hardware",
+        "h100",
+        "--max-model-len",
+        "16384",
+    ]
+    env = {"ENGINESIM_TIME_SCALE": "1.0"}
+    big = start([*common, "--max-num-batched-tokens", "8192"], env=env)
+    gap_big = _max_gap_with_injection(big.url, vllm=True)
+    small = start([*common, "--max-num-batched-tokens", "512"], env=env)
+    gap_small = _max_gap_with_injection(small.url, vllm=True)
     assert gap_big > 3 * gap_small, (gap_big, gap_small)
 
 
