@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 
 from .conftest import port_listening
-from .runner import PLAYBOOK, REPO, VENV_BIN, ansible_env, pid_alive, read_json, run_cli, run_runner
+from .runner import (
+    PLAYBOOK,
+    REPO,
+    VENV_BIN,
+    ansible_env,
+    free_port,
+    pid_alive,
+    read_json,
+    run_cli,
+    run_runner,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +51,7 @@ def test_full_map_subset_with_mixed(run_env: dict) -> None:
     assert r.status == "successful", r.stdout.read() if hasattr(r.stdout, "read") else r.status
 
     manifest = read_json(run_dir / "manifest.json")
-    assert manifest["status"] == "completed"
+    assert manifest["status"] == "completed", (manifest.get("failed_cases"), manifest.get("abort_reasons"))
     assert manifest["case_counts"]["completed"] == 5
     assert manifest["inventory"] == "local" and manifest["nnodes"] == 1
     assert "--enable-metrics" in manifest["engine_flags"]
@@ -169,13 +179,11 @@ def test_resume_after_a_run_killed_mid_case(run_env: dict) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     done = {c: _snapshot(run_dir / f"cases/{c}/rep1") for c in ("cold_prefill_4k", "short_decode_c1")}
     assert _meta(run_dir, "cases/short_decode_c32/rep1")["status"] == "running"
+    # Ctrl-C still stopped the server, evidence first, and said so in the manifest.
+    _assert_server_stopped(run_env["results"], run_env["port"])
+    assert read_json(run_dir / "manifest.json")["status"] == "interrupted"
+    assert (run_dir / "server/localhost.log").stat().st_size > 0
 
-    # The interrupted run's server is still up: a new run refuses to start next to it ...
-    refused = run_cli(dict(ev, run_id="rk", resume=True), "--tags", "fixed")
-    assert refused.rc != 0 and "earlier run" in refused.output
-    # ... until it is stopped with evidence, then the resume redoes only the killed case.
-    stopped = run_cli(dict(ev, run_id="rk"), "--tags", "stop")
-    assert stopped.rc == 0, stopped.output[-3000:]
     resumed = run_cli(dict(ev, run_id="rk", resume=True), "--tags", "fixed")
     assert resumed.rc == 0, resumed.output[-3000:]
 
@@ -186,6 +194,22 @@ def test_resume_after_a_run_killed_mid_case(run_env: dict) -> None:
     assert [h["status"] for h in redone["history"]] == ["running", "running", "completed"]
     assert read_json(killed_case / "bench.json")["complete"] is True
     assert read_json(run_dir / "manifest.json")["status"] == "completed"
+    _assert_server_stopped(run_env["results"], run_env["port"])
+
+
+def test_stale_server_from_an_earlier_run_is_refused(run_env: dict) -> None:
+    ev = dict(run_env["extravars"], run_id="st1", case_ids="short_decode_c1")
+    started = run_cli(ev, "--tags", "serve")  # starts the server and (by tag choice) leaves it up
+    assert started.rc == 0, started.output[-3000:]
+    assert port_listening(run_env["port"])
+    pid = (run_env["results"] / ".state/localhost.pid").read_text().strip()
+    refused = run_cli(dict(ev, run_id="st2", engine_port=free_port()))
+    assert refused.rc != 0
+    assert pid in refused.output and "rule: no server from an earlier run" in refused.output, refused.output[
+        -3000:
+    ]
+    stopped = run_cli(ev, "--tags", "stop")
+    assert stopped.rc == 0, stopped.output[-3000:]
     _assert_server_stopped(run_env["results"], run_env["port"])
 
 
