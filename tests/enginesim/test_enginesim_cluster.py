@@ -54,21 +54,29 @@ def _two_ranks(start, tmp_path: Path, hcas_on_host: list[str]):
     return head, lambda: start([*args, "--node-rank", "1"], env=env, wait=False)
 
 
+def _status(url: str) -> object:
+    try:
+        return httpx.get(url + "/health", timeout=2).status_code
+    except httpx.HTTPError:
+        return "down"
+
+
 def _nets(log: str) -> list[str]:
     return [m.group("net") for line in log.splitlines() if (m := USING_NET.search(line))]
 
 
 def test_head_healthy_only_when_both_ranks_up_and_fails_when_one_dies(start, tmp_path: Path) -> None:
     head, start_worker = _two_ranks(start, tmp_path, ["mlx5_0", "mlx5_1", "mlx5_3"])
-    end = time.monotonic() + 1.5
-    seen = set()
-    while time.monotonic() < end:
-        try:
-            seen.add(httpx.get(head.url + "/health", timeout=2).status_code)
-        except httpx.HTTPError:
-            seen.add("down")
+    seen: list[object] = []
+    end = time.monotonic() + 15
+    while time.monotonic() < end and 503 not in seen:  # wait until the head's HTTP port answers
+        seen.append(_status(head.url))
         time.sleep(0.05)
-    assert 200 not in seen and 503 in seen
+    end = time.monotonic() + 0.7
+    while time.monotonic() < end:  # and keeps answering 503 while the worker is missing
+        seen.append(_status(head.url))
+        time.sleep(0.05)
+    assert 503 in seen and 200 not in seen
     worker = start_worker()
     wait_healthy(head.url, head.proc)
     for srv in (head, worker):
