@@ -126,8 +126,10 @@ def init_lines(
     lines: list[str] = []
     for local in range(local_ranks):
         rank = node_rank * local_ranks + local
+        # one process per GPU in the real engines: each local rank logs under its own pid
+        rpid = pid + local
         tid = pid + 100 + local
-        p = f"{host}:{pid}:{tid} [{local}] NCCL INFO "
+        p = f"{host}:{rpid}:{tid} [{local}] NCCL INFO "
         if rank == 0:
             lines.append(p + f"NCCL version {NCCL_VERSION}")
         lines.append(p + f"Bootstrap: Using {ifname}:{ip}<0>")
