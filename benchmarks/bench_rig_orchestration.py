@@ -24,7 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,8 +39,8 @@ TARGET_S = 1.5
 
 def event_time(event: dict) -> float:
     """Unix time of a job event (`created` is ISO-8601, UTC, no zone suffix)."""
-    created = event["created"].rstrip("Z")
-    return datetime.fromisoformat(created + "+00:00").timestamp()
+    stamp = datetime.fromisoformat(event["created"].replace("Z", "+00:00"))
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def case_walls(events: list[dict], rels: list[str]) -> dict[str, float]:
@@ -74,7 +74,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="cold_prefill_4k,short_decode_c1")
     parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--time-scale", default="0.02")
+    parser.add_argument("--time-scale", default=None, help="enginesim time scale (default: the rig's)")
     args = parser.parse_args()
     reason = unavailable_reason()
     if reason:
@@ -87,7 +87,8 @@ def main() -> int:
     rig = Rig.create().up()
     try:
         run_id = f"bench-orch-{int(time.time())}"
-        env = {k: v for k, v in rig.ansible_env().items() if k.startswith(("ANSIBLE_", "LC_", "LANG", "PATH"))}
+        wanted = ("ANSIBLE_", "LC_", "LANG", "PATH")
+        env = {k: v for k, v in rig.ansible_env().items() if k.startswith(wanted)}
         with tempfile.TemporaryDirectory(prefix="qm-bench-runner-") as pdd:
             started = time.monotonic()
             result = ansible_runner.run(
@@ -99,7 +100,7 @@ def main() -> int:
                     "run_id": run_id,
                     "case_ids": args.cases,
                     "repetitions": args.repetitions,
-                    "time_scale": args.time_scale,
+                    **({"time_scale": args.time_scale} if args.time_scale else {}),
                 },
                 cmdline="--tags fixed",
                 envvars=env,

@@ -107,6 +107,9 @@ def host_overrides(rig: Rig, role: str) -> dict:
         ),
         "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_remote_tmp": str(host.path / "tmp"),
+        # Absolute: sshd gives sessions the host's own HOME, but async_status expands `~root` from
+        # passwd while async_wrapper expands $HOME; an explicit dir keeps both on the same file.
+        "ansible_async_dir": str(host.path / "home" / ".ansible_async"),
         # --- where things live on this host (never shared with the other host or the controller)
         "quickmap_node_results_dir": str(host.work_dir),
         "quickmap_results_dir": str(rig.path / "controller" / "results"),
@@ -125,9 +128,9 @@ def host_overrides(rig: Rig, role: str) -> dict:
         "bench_tokenizer": "server",
         "bench_timeout_s": 120,
         "mixed_injection_delay_s": 1,
-        # The A/B's decode stream, shortened for the rig: 48 prompts at C=32 (1.5 waves, about 9 s of
+        # The A/B's decode stream, shortened for the rig: 64 prompts at C=32 (2 waves, about 12 s of
         # background at the rig's time scale); no warm-up request (it would add a 1K decode per run).
-        "mixed_decode": {"isl": 1024, "osl": 1024, "concurrency": 32, "num_prompts": 48, "warmup": 0},
+        "mixed_decode": {"isl": 1024, "osl": 1024, "concurrency": 32, "num_prompts": 64, "warmup": 0},
         # At most 2 prompts per fixed case (recorded as the case's num_prompts): a rig run proves the
         # orchestration, not the numbers.
         "bench_num_prompts_cap": "{{ num_prompts_cap | default(2) }}",

@@ -36,9 +36,11 @@ MIXED_ROLES = ["control", "decode_background", "prefill_injection"]
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def tail(proc: subprocess.CompletedProcess[str], lines: int = 60) -> str:
-    """The end of a playbook's output, for assertion messages."""
-    return "\n".join((proc.stdout + proc.stderr).splitlines()[-lines:])
+def tail(proc: subprocess.CompletedProcess[str], lines: int = 40) -> str:
+    """Every failure line of a playbook's output, then its end (for assertion messages)."""
+    out = (proc.stdout + proc.stderr).splitlines()
+    failures = [line[:600] for line in out if line.startswith(("fatal:", "failed:", "[ERROR]"))]
+    return "\n".join(["--- failures:", *failures, "--- end of output:", *out[-lines:]])
 
 
 def run_map(ansible: AnsibleRunner, run_id: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -255,8 +257,9 @@ def test_stale_server_from_earlier_run_is_refused_in_preflight(
         refused = run_map(ansible, "rig-stale", "-e", f"case_ids={CASES[0]}")
         assert refused.returncode != 0
         out = refused.stdout + refused.stderr
-        assert "a server from an earlier run is still there" in out, tail(refused)
-        assert f"{worker.name}:" in out, tail(refused)
+        assert f"{worker.name}: a server from an earlier run is still running" in out, tail(refused)
+        assert "quickmap-sglang" in out, tail(refused)
+        # The whole run stopped in preflight: nothing started anywhere, no case, no new server.
         assert docker_runs(rig.host("head"), before) == [] and docker_runs(worker, before) == []
         assert not (run_dir(rig, "rig-stale") / "cases").exists()
     finally:
