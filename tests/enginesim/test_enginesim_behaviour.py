@@ -250,3 +250,30 @@ def test_flush_cache_refused_while_a_request_runs(start) -> None:
         assert fut.result().status_code == 200
     assert busy.status_code == 400
     assert httpx.post(srv.url + "/flush_cache").status_code == 200
+
+
+def test_vllm_ngram_acceptance_follows_the_prompt(start) -> None:
+    spec = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1}'
+    common = ["vllm", "serve", "Qwen/Qwen3-0.6B", "--max-model-len", "4096", "--speculative-config", spec]
+
+    def mean_accept_len(ids: list[int]) -> float:
+        srv = start(common)
+        out = httpx.post(
+            srv.url + "/v1/completions",
+            timeout=60,
+            json={"prompt": ids, "max_tokens": 256, "ignore_eos": True},
+        ).json()
+        assert out["usage"]["completion_tokens"] == 256
+        m = {
+            ln.split("{")[0]: float(ln.rsplit(" ", 1)[1])
+            for ln in httpx.get(srv.url + "/metrics").text.splitlines()
+            if ln.startswith("vllm:spec_decode_num_") and "per_pos" not in ln
+        }
+        return 1 + m["vllm:spec_decode_num_accepted_tokens_total"] / max(
+            m["vllm:spec_decode_num_drafts_total"], 1
+        )
+
+    repetitive = mean_accept_len(_ids(16, 7) * 64)
+    ordinary = mean_accept_len(_ids(1024, 8))
+    assert repetitive > 2.5
+    assert repetitive > 1.5 * ordinary, (repetitive, ordinary)
