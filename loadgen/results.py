@@ -7,7 +7,7 @@ Definitions (also in README.md and stated in the output's ``definitions``):
   ITL per event = gap between consecutive content events (*_itl_ms)
   ITL per token = each gap split evenly over the tokens of the later event (*_itl_per_token_ms,
                   and ``itls`` in --output-details, like SGLang's native split)
-  queue time    = wait for a concurrency slot (0 without a cap)
+  queue time    = due time -> concurrency slot, for a request that found every slot busy (else 0)
   schedule lag  = send - scheduled - queue time (the client's own lateness)
 Percentiles: linear interpolation (numpy's default), std: population.
 """
@@ -26,7 +26,7 @@ DEFINITIONS = {
     "tpot": "(e2e - ttft) / (output_tokens - 1), per request",
     "itl": "gap between consecutive content events (one sample per event gap)",
     "itl_per_token": "each event gap split evenly over that event's tokens",
-    "queue_time": "wait for a concurrency slot before sending",
+    "queue_time": "due time -> concurrency slot, when every slot was busy at the due time (else 0)",
     "schedule_lag": "send - scheduled - queue_time (client lateness)",
     "percentiles": "linear interpolation; std is the population std",
 }
@@ -81,7 +81,9 @@ def request_record(rec: tuple, t0_ns: int, details: bool) -> dict:
         _first_byte,
         enq,
     ) = rec
-    queue_ns = max(slot - enq, 0) if enq else 0
+    # a request that found every slot busy waited from its due time to its slot (queue time);
+    # one that found a free slot has no queue time, so all its lateness is schedule lag
+    queue_ns = max(slot - sched, 0) if enq else 0
     lag_ns = max(send - sched - queue_ns, 0) if send else None
     ok = ecls is None
     d = {
