@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -19,27 +20,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+def _start(tmp_path_factory, args: list[str], env: dict | None = None):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("es") / "server.log", "w")  # noqa: SIM115 - closed below
     p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "enginesim",
-            "sglang",
-            "--model-path",
-            "Qwen/Qwen3-0.6B",
-            "--port",
-            str(port),
-            "--sim-time-scale",
-            "0.05",
-            "--enable-metrics",
-        ],
+        [sys.executable, "-m", "enginesim", *args, "--port", str(port), "--sim-time-scale", "0.05"],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -63,6 +52,17 @@ def engine(tmp_path_factory):
             p.kill()
             p.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    yield from _start(tmp_path_factory, ["sglang", "--model-path", "Qwen/Qwen3-0.6B", "--enable-metrics"])
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(tmp_path_factory):
+    # /reset_prefix_cache exists only in vLLM's dev mode
+    yield from _start(tmp_path_factory, ["vllm", "serve", "Qwen/Qwen3-0.6B"], {"VLLM_SERVER_DEV_MODE": "1"})
 
 
 @pytest.mark.parametrize("backend", ["sglang", "sglang-oai", "sglang-oai-chat"])
@@ -130,3 +130,37 @@ def test_prefix_cache_hits_after_flush(lg, engine):
     cached = [r["cached_tokens"] for r in sorted(res["requests"], key=lambda r: r["index"])]
     assert cached[:2] == [0, 0] and all(c >= 256 for c in cached[2:])
     assert res["server_metrics"]["delta"]["sglang:cached_tokens_total"] == sum(cached)
+
+
+@pytest.mark.parametrize("backend", ["vllm", "vllm-chat"])
+def test_vllm_backends_against_enginesim(lg, vllm_engine, backend):
+    cp, res = lg(
+        [
+            "--backend",
+            backend,
+            "--base-url",
+            vllm_engine,
+            "--num-prompts",
+            "8",
+            "--max-concurrency",
+            "4",
+            "--random-input-len",
+            "64",
+            "--random-output-len",
+            "16",
+            "--random-range-ratio",
+            "1",
+            "--flush-cache",
+            "--scrape-metrics",
+        ]
+    )
+    assert cp.returncode == 0, cp.stderr
+    assert "/reset_prefix_cache succeeded" in cp.stdout
+    assert res["completed"] == 8 and res["total_output_tokens"] == 8 * 16
+    d = res["server_metrics"]["delta"]
+    assert d["vllm:generation_tokens_total"] == 8 * 16
+    assert d["vllm:request_success_total"] == 8
+    # the server counted exactly the prompt tokens loadgen recorded from its usage reports
+    assert d["vllm:prompt_tokens_total"] == res["total_input_tokens"]
+    if backend == "vllm":
+        assert res["total_input_tokens"] == 8 * 64
