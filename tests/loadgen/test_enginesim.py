@@ -160,7 +160,8 @@ def test_vllm_backends_against_enginesim(lg, vllm_engine, backend):
     d = res["server_metrics"]["delta"]
     assert d["vllm:generation_tokens_total"] == 8 * 16
     assert d["vllm:request_success_total"] == 8
-    # the server counted exactly the prompt tokens loadgen recorded from its usage reports
-    assert d["vllm:prompt_tokens_total"] == res["total_input_tokens"]
-    if backend == "vllm":
+    # the prefix cache was queried for exactly the prompt tokens loadgen recorded from usage
+    assert d["vllm:prefix_cache_queries_total"] == res["total_input_tokens"]
+    if backend == "vllm":  # token ids: exact lengths, nothing cached after the reset
         assert res["total_input_tokens"] == 8 * 64
+        assert d["vllm:prompt_tokens_total"] == 8 * 64
