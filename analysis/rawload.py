@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import mmap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,15 @@ def _sanitize_nonfinite(data: bytes) -> bytes | None:
         return None
     out.append(data[pos:])
     return b"".join(out)
+
+
+def nonfinite_value(value: Any) -> Any:
+    """The float for a sentinel string left inside a list by the rewrite, else ``value``.
+
+    ``_restore`` does not walk big lists (that would be a Python loop per request); readers call
+    this only when a per-request array failed to convert to floats.
+    """
+    return _SENTINELS.get(value, value) if isinstance(value, str) else value
 
 
 def _restore(obj: Any) -> Any:
@@ -201,9 +211,14 @@ def _looks_like_result(obj: Any) -> bool:
     return isinstance(obj, dict) and any(k in obj for k in RESULT_KEYS)
 
 
-def load_result(path: str | Path) -> Loaded:
-    """Load the benchmark result object from ``path`` or raise InputError (exit 2)."""
+def load_result(path: str | Path, parse: Callable[[bytes], Any] | None = None) -> Loaded:
+    """Load the benchmark result object from ``path`` or raise InputError (exit 2).
+
+    ``parse`` replaces :func:`parse_json_bytes` for the document and for each line; it must raise
+    ValueError exactly when that does (``summarize`` passes ``fastparse.parse_document``).
+    """
     path = Path(path)
+    parse = parse or parse_json_bytes
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -215,17 +230,17 @@ def load_result(path: str | Path) -> Loaded:
     if not data.strip():
         raise InputError(path, None, "file is empty; expected a benchmark result JSON object")
     try:
-        obj = parse_json_bytes(data)
+        obj = parse(data)
     except ValueError as exc:
         whole_err = str(exc)
     else:
         if not isinstance(obj, dict):
             raise InputError(path, None, f"expected a JSON object, got a JSON {type(obj).__name__}")
         return Loaded(obj, path, "json", 1, None)
-    return _load_lines(path, data, whole_err)
+    return _load_lines(path, data, whole_err, parse)
 
 
-def _load_lines(path: Path, data: bytes, whole_err: str) -> Loaded:
+def _load_lines(path: Path, data: bytes, whole_err: str, parse: Callable[[bytes], Any]) -> Loaded:
     lines = data.split(b"\n")
     nonblank = [(i + 1, ln.strip()) for i, ln in enumerate(lines) if ln.strip()]
     all_objects = all(ln.startswith(b"{") for _, ln in nonblank)
@@ -236,7 +251,7 @@ def _load_lines(path: Path, data: bytes, whole_err: str) -> Loaded:
         objs: list[tuple[int, dict[str, Any]]] = []
         for lineno, ln in nonblank:
             try:
-                obj = parse_json_bytes(ln)
+                obj = parse(ln)
             except ValueError as exc:
                 if data.lstrip().startswith(b"{\n") or data.lstrip().startswith(b"{\r"):
                     raise InputError(path, None, f"invalid or truncated JSON ({whole_err})") from None
@@ -256,7 +271,7 @@ def _load_lines(path: Path, data: bytes, whole_err: str) -> Loaded:
         if not ln.startswith(b"{"):
             continue
         try:
-            obj = parse_json_bytes(ln)
+            obj = parse(ln)
         except ValueError:
             continue
         if not isinstance(obj, dict):

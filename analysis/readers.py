@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from analysis.errors import InputError
+from analysis.fastparse import Ragged, parse_document
 from analysis.formats import as_int, detect_format
-from analysis.rawload import Loaded, load_result, load_sglang_summary
+from analysis.rawload import Loaded, load_result, load_sglang_summary, nonfinite_value
 
 # itl = per-token ITL (each event gap split over its tokens); itl_event = one sample per content
 # event. SGLang's (native backend) ITL is per token, vLLM's per streamed chunk, loadgen writes both.
@@ -86,7 +87,11 @@ def ragged(lists: list[Any], path: Path, field: str) -> tuple[np.ndarray, np.nda
     """(flat float array, per-row lengths) of a list of lists, without a Python loop per element."""
     try:
         lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-        flat = np.fromiter(chain.from_iterable(lists), dtype=np.float64, count=int(lens.sum()))
+        n = int(lens.sum())
+        try:
+            flat = np.fromiter(chain.from_iterable(lists), dtype=np.float64, count=n)
+        except ValueError:  # Infinity/NaN the sentinel rewrite left as strings in the lists
+            flat = np.fromiter(map(nonfinite_value, chain.from_iterable(lists)), dtype=np.float64, count=n)
     except (TypeError, ValueError):
         raise InputError(path, f"field '{field}'", "expected a list of lists of numbers") from None
     return flat, lens
@@ -179,7 +184,10 @@ class _Arrays:
         if not isinstance(val, list) or not val:
             return None
         try:
-            return np.array(val, dtype=np.float64) * scale
+            try:
+                return np.array(val, dtype=np.float64) * scale
+            except ValueError:  # Infinity/NaN the sentinel rewrite left as strings in the list
+                return np.array([nonfinite_value(v) for v in val], dtype=np.float64) * scale
         except (TypeError, ValueError):
             raise InputError(self.path, f"field '{key}'", "expected a list of numbers") from None
 
@@ -219,8 +227,10 @@ class _Arrays:
         if "itls" not in self._cache:
             raw = self.obj.get("itls")
             res = None
-            if isinstance(raw, list) and raw:
-                flat, lens = ragged(raw, self.path, "itls")
+            if isinstance(raw, Ragged | list) and len(raw):
+                flat, lens = (
+                    (raw.flat, raw.lens) if isinstance(raw, Ragged) else ragged(raw, self.path, "itls")
+                )
                 mask = self.success()
                 if mask is not None and len(mask) == len(lens) and not mask.all():
                     keep = np.repeat(mask, lens)
@@ -360,7 +370,10 @@ def normalise(loaded: Loaded, want_requests: bool = False) -> BenchData:
     arrays = _Arrays(obj, path, fmt)
     if loaded.layout == "jsonl-summary":
         data.per_request_arrays = "not decoded (client summary complete)"
-    elif any(isinstance(obj.get(k), list) and obj[k] for k in ("ttfts", "itls", "latencies", "requests")):
+    elif any(
+        isinstance(obj.get(k), list | Ragged) and len(obj[k])
+        for k in ("ttfts", "itls", "latencies", "requests")
+    ):
         data.per_request_arrays = "present"
     if data.scalars["completed"] is None:
         raise InputError(
@@ -413,7 +426,7 @@ def read_bench(path: str | Path, want_requests: bool = False) -> BenchData:
         fast = load_sglang_summary(path)
         if fast is not None:
             return normalise(fast, False)
-    return normalise(load_result(path), want_requests)
+    return normalise(load_result(path, parse_document), want_requests)
 
 
 def count_int(value: float | None) -> int | None:
