@@ -34,7 +34,12 @@ class AnsibleRunner:
         return self._run([*cmd, *extra], paramiko, timeout, env)
 
     def playbook(
-        self, playbook: str, *extra: str, inventory: Path | None = None, timeout: float = 300
+        self,
+        playbook: str,
+        *extra: str,
+        inventory: Path | None = None,
+        timeout: float = 300,
+        paramiko: bool = False,
     ) -> subprocess.CompletedProcess[str]:
         """`ansible-playbook PLAYBOOK -i RIG EXTRA...` from the repository root."""
         cmd = [
@@ -44,7 +49,7 @@ class AnsibleRunner:
             str(inventory or self.rig.inventory),
             *extra,
         ]
-        return self._run(cmd, False, timeout)
+        return self._run(cmd, paramiko, timeout)
 
     def _run(
         self, cmd: list[str], paramiko: bool, timeout: float, env: dict[str, str] | None = None

@@ -31,49 +31,40 @@ def test_ping_reaches_both_hosts(ansible: AnsibleRunner, rig: Rig, paramiko: boo
     proc = ansible.adhoc("all", "ansible.builtin.ping", paramiko=paramiko)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert host_results(proc.stdout) == {h.name: "SUCCESS" for h in rig.hosts}
+    if not paramiko:
+        # OpenSSH multiplexing is on, confined to this rig's ControlPath dir (teardown closes them).
+        sockets = [p for p in rig.control_path_dir.iterdir() if p.is_socket()]
+        assert len(sockets) >= len(rig.hosts)
 
 
 @pytest.mark.parametrize("paramiko", PLUGINS)
-def test_each_host_is_its_own_namespace(ansible: AnsibleRunner, rig: Rig, paramiko: bool) -> None:
-    """The session lands in the host's namespace: its own eth0 and eth3 addresses, the docker shim."""
-    script = "ip -4 -o addr show; command -v docker; echo HOST=$QM_RIG_HOST"
-    proc = ansible.adhoc("all", "ansible.builtin.shell", script, "-o", paramiko=paramiko)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for host in rig.hosts:
-        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith(f"{host.name} |"))
-        assert re.search(rf"eth0\s+inet {re.escape(host.address)}/24", line), line
-        assert f"inet {host.rail2_address}/24" in line, line
-        others = [h.address for h in rig.hosts if h is not host]
-        assert not any(f"inet {addr}/" in line for addr in others), line
-        assert str(host.bin_dir / "docker") in line, line
-        assert f"HOST={host.name}" in line, line
-
-
-@pytest.mark.parametrize("paramiko", PLUGINS)
-def test_file_round_trip(ansible: AnsibleRunner, rig: Rig, paramiko: bool, tmp_path: Path) -> None:
-    """copy to each host's own work dir, change it there, fetch it back: the bytes make the whole trip."""
+def test_round_trip_and_host_identity(
+    ansible: AnsibleRunner, rig: Rig, paramiko: bool, tmp_path: Path
+) -> None:
+    """copy to each host's own work dir, change it there, fetch it back (the bytes make the whole trip);
+    the same session is inside the host's namespace, finds the docker shim first on PATH, has the host's
+    own HOME, and reaches the head over the bridge (what the engines' TCP rendezvous needs)."""
     payload = os.urandom(200_000)
     src = tmp_path / "payload.bin"
     src.write_bytes(payload)
     name = f"roundtrip-{'paramiko' if paramiko else 'openssh'}.bin"
-    dest = "{{ quickmap_node_results_dir }}/" + name
-    proc = ansible.adhoc("all", "ansible.builtin.copy", f"src={src} dest={dest} mode=0644", paramiko=paramiko)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for host in rig.hosts:
-        assert (host.work_dir / name).read_bytes() == payload  # landed in that host's dir, nowhere else
-    proc = ansible.adhoc(
-        "all",
-        "ansible.builtin.shell",
-        f"printf '%s' {{{{ inventory_hostname }}}} >> {dest}",
-        paramiko=paramiko,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     fetched = tmp_path / "fetched"
-    proc = ansible.adhoc("all", "ansible.builtin.fetch", f"src={dest} dest={fetched}/", paramiko=paramiko)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    extra = {"rig_smoke_src": str(src), "rig_smoke_name": name, "rig_smoke_fetch_dir": str(fetched)}
+    cmd = ["-e", json.dumps(extra), *(["-c", "paramiko_ssh"] if paramiko else [])]
+    proc = ansible.playbook(str(Path(__file__).with_name("playbooks") / "smoke.yml"), *cmd, paramiko=paramiko)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    head = rig.host("head")
     for host in rig.hosts:
-        got = fetched / host.name / str(host.work_dir / name).lstrip("/")
-        assert got.read_bytes() == payload + host.name.encode()
+        assert (host.work_dir / name).read_bytes() == payload + host.name.encode()  # its own dir only
+        assert (fetched / f"{host.name}.bin").read_bytes() == payload + host.name.encode()
+        said = (fetched / f"{host.name}.txt").read_text()
+        assert re.search(rf"eth0\s+inet {re.escape(host.address)}/24", said), said
+        assert re.search(rf"eth3\s+inet {re.escape(host.rail2_address)}/24", said), said
+        others = [h.address for h in rig.hosts if h is not host]
+        assert not any(f"inet {addr}/" in said for addr in others), said
+        assert f"DOCKER={host.bin_dir / 'docker'}" in said
+        assert f"HOME={host.path / 'home'} HOST={host.name}" in said
+        assert f"HEAD_REACHED={head.address}" in said
 
 
 @pytest.mark.parametrize("paramiko", PLUGINS)
@@ -95,23 +86,3 @@ def test_host_key_checking_is_on(ansible: AnsibleRunner, rig: Rig, paramiko: boo
     # OpenSSH: "Host key verification failed"; paramiko asks to accept the unknown key, and cannot.
     refused = r"Host key verification failed|not found in known_hosts|stdin is not interactive"
     assert re.search(refused, proc.stdout), proc.stdout
-
-
-def test_worker_reaches_head_over_the_bridge(ansible: AnsibleRunner, rig: Rig) -> None:
-    """The two hosts talk to each other directly (what the engines' TCP rendezvous needs), on both rails."""
-    head = rig.host("head")
-    probe = (
-        '/usr/bin/python3 -c "import socket,sys; '
-        "[socket.create_connection((a, 22), timeout=3).close() for a in sys.argv[1:]]; print('reached')\" "
-        f"{head.address}"
-    )
-    proc = ansible.adhoc(rig.host("worker").name, "ansible.builtin.shell", probe)
-    assert proc.returncode == 0 and "reached" in proc.stdout, proc.stdout + proc.stderr
-
-
-def test_controlpersist_masters_live_in_the_rig_dir(ansible: AnsibleRunner, rig: Rig) -> None:
-    """OpenSSH multiplexing is on and confined to this rig's ControlPath dir (teardown closes them)."""
-    proc = ansible.adhoc("all", "ansible.builtin.ping")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    sockets = [p for p in rig.control_path_dir.iterdir() if p.is_socket()]
-    assert len(sockets) >= len(rig.hosts)
