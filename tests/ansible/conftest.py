@@ -16,7 +16,7 @@ from .runner import base_extravars, free_port, pid_alive, zipapp_path
 # Small and fast, but every phase real: enginesim at 1/50 of real time, a short A/B.
 FAST: dict[str, Any] = {
     "engine_env": {"ENGINESIM_TIME_SCALE": "0.02"},
-    "mixed_decode": {"isl": 512, "osl": 512, "concurrency": 32, "num_prompts": 320, "warmup": 1},
+    "mixed_decode": {"isl": 512, "osl": 1024, "concurrency": 32, "num_prompts": 384, "warmup": 1},
     "mixed_injection_delay_s": 1,
     "engine_start_timeout_s": 60,
 }
