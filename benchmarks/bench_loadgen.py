@@ -6,8 +6,8 @@ one token per SSE event, true send time of every event logged), send 4*C request
 error = reported - truth (mean and p99). Plus max ingest: TTFT = ITL = 0, C = 256, 512 out; the
 client's reported output tok/s vs what the server actually sent.
 
-Clients: ``loadgen`` (this package, raw asyncio, --workers auto), ``loadgen-w1``/``loadgen-w2``
-(one/two worker processes), ``loadgen-kernel`` (--timestamps kernel: SO_TIMESTAMPNS event times),
+Clients: ``loadgen`` (this package, raw asyncio, --workers auto), ``loadgen-wN`` (N worker
+processes), ``loadgen-kernel`` (--timestamps kernel: SO_TIMESTAMPNS event times),
 ``httpx`` and ``aiohttp`` (the same measuring loop on those libraries: pooled client, pool warmed
 first, closed loop at the concurrency, perf_counter_ns per received chunk).
 
@@ -201,10 +201,8 @@ def run_client(client: str, port: int, conc: int, n: int, out_len: int, tmp: str
             "--output-file",
             out,
         ]
-        if client == "loadgen-w1":
-            cmd += ["--workers", "1"]
-        elif client == "loadgen-w2":
-            cmd += ["--workers", "2"]
+        if client.startswith("loadgen-w"):
+            cmd += ["--workers", client[len("loadgen-w") :]]
         elif client == "loadgen-kernel":
             cmd += ["--timestamps", "kernel"]
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=900)

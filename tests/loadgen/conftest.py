@@ -1,38 +1,15 @@
-"""Helpers for loadgen tests: run the real CLI as a process against tests/loadgen/fakeserver.py."""
+"""Fixtures for loadgen tests (helpers live in lg_helpers.py, the fake server in fakeserver.py)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def run_loadgen(args: list[str], tmp_path, timeout: float = 60.0, out: bool = True, cmd=None):
-    """Run ``python -m loadgen ARGS``; returns (CompletedProcess, result dict or None)."""
-    outf = os.path.join(str(tmp_path), "bench.json")
-    full = list(args)
-    if out and "--output-file" not in full:
-        full += ["--output-file", outf]
-    base = cmd or [sys.executable, "-m", "loadgen"]
-    cp = subprocess.run(
-        base + full,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "LC_ALL": "C.UTF-8"},
-    )
-    res = None
-    if out and os.path.exists(outf):
-        with open(outf) as f:
-            res = json.load(f)
-    return cp, res
+from lg_helpers import run_loadgen
 
 
 @pytest.fixture

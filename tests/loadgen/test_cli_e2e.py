@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
 from fakeserver import FakeServer
+from lg_helpers import ROOT
 
 BASE = ["--random-input-len", "16", "--random-output-len", "8", "--random-range-ratio", "1"]
 

@@ -11,7 +11,7 @@ import time
 import urllib.request
 
 import pytest
-from conftest import ROOT
+from lg_helpers import ROOT
 
 
 def _free_port() -> int:
