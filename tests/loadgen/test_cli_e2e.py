@@ -524,3 +524,57 @@ def test_zipapp_runs_with_stdlib_only(tmp_path):
     assert cp.returncode == 0, cp.stderr
     res = json.loads(out.read_text())
     assert res["completed"] == 3 and res["total_output_tokens"] == 24
+
+
+def test_progress_bar_only_on_a_terminal(lg, tmp_path):
+    import pty
+
+    args = [
+        "--backend",
+        "sglang",
+        "--num-prompts",
+        "6",
+        "--max-concurrency",
+        "2",
+        "--random-input-len",
+        "8",
+        "--random-output-len",
+        "30",
+        "--random-range-ratio",
+        "1",
+        "--warmup-requests",
+        "0",
+    ]
+    with FakeServer(ttft=0.01, itl=0.03) as srv:
+        cp, _ = lg([*args, "--base-url", srv.url])
+        assert cp.returncode == 0 and "[#" not in cp.stderr and "6/6" not in cp.stderr
+        master, slave = pty.openpty()
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loadgen",
+                *args,
+                "--base-url",
+                srv.url,
+                "--output-file",
+                str(tmp_path / "t.json"),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=slave,
+        )
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        p.wait(timeout=30)
+        os.close(master)
+    assert p.returncode == 0
+    assert b"\r[" in seen and b"6/6" in seen
