@@ -2,12 +2,21 @@
 
 Builds a synthetic run of 100 cases x 10,000 requests in SGLang's ``--output-details`` JSONL
 format (each request with 32 per-token ITLs, ``request_rate: Infinity`` as SGLang writes it),
-then runs ``summarize`` as a subprocess several times and reports wall time and peak RSS of the
-child (``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``, the largest descendant).
+then runs ``summarize`` as a subprocess on both paths, alternating, several times each, and
+reports per path the median wall time, the CPU time of the process tree (user + sys, what a
+loaded box cannot hide), the peak RSS of the largest process
+(``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``) and the 1-minute load average at each run
+(the box is shared: wall time depends on what else runs).
+
+Paths: ``default`` takes a complete SGLang summary without decoding the per-request arrays;
+``full`` (QUICKMAP_ANALYSIS_FULL_DECODE=1) decodes every array, as mixed runs, incomplete
+summaries and every other format do. ``--incomplete-summary`` writes the files without their
+latency statistics, so both paths decode and recompute every figure from the arrays.
 
 Target (issue 2): <= 6 s and <= 2 GiB, plots and report included.
 
-    .venv/bin/python benchmarks/bench_analysis.py [--cases 100] [--requests 10000] [--repeats 3] [--keep DIR]
+    .venv/bin/python benchmarks/bench_analysis.py [--paths default,full] [--cases 100] [--requests 10000]
+        [--repeats 3] [--keep DIR] [--full-decode] [--incomplete-summary]
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ TARGET_S = 6.0
 TARGET_RSS_GIB = 2.0
 
 
-def sglang_detailed(rng: np.random.Generator, n: int, n_itl: int, conc: int) -> bytes:
+def sglang_detailed(
+    rng: np.random.Generator, n: int, n_itl: int, conc: int, incomplete: bool = False
+) -> bytes:
     """One SGLang JSONL line with summary keys (ms) and detail arrays (s)."""
     ttfts = rng.gamma(8.0, 0.01, n)
     itls = rng.gamma(30.0, 0.0003, (n, n_itl))
@@ -56,6 +67,8 @@ def sglang_detailed(rng: np.random.Generator, n: int, n_itl: int, conc: int) -> 
         obj[f"std_{name}_ms"] = float(ms.std())
         for q in (90, 95, 99):
             obj[f"p{q}_{name}_ms"] = float(np.percentile(ms, q))
+    if incomplete:  # a client that wrote no latency statistics: every figure is recomputed
+        obj = {k: v for k, v in obj.items() if not k.endswith("_ms")}
     obj.update(concurrency=float(conc), accept_length=None, max_output_tokens_per_s=0.0)
     obj.update(max_concurrent_requests=conc, input_lens=[1024] * n, output_lens=[osl] * n)
     obj.update(ttfts=ttfts.tolist(), itls=itls.tolist(), generated_texts=[""] * n, errors=[""] * n)
@@ -65,7 +78,7 @@ def sglang_detailed(rng: np.random.Generator, n: int, n_itl: int, conc: int) -> 
     return raw.replace(b'"__INF__"', b"Infinity") + b"\n"
 
 
-def build_run(root: Path, cases: int, requests: int, n_itl: int) -> Path:
+def build_run(root: Path, cases: int, requests: int, n_itl: int, incomplete: bool = False) -> Path:
     run = root / "bench_run"
     rng = np.random.default_rng(2026)
     (run / "cases").mkdir(parents=True)
@@ -74,7 +87,7 @@ def build_run(root: Path, cases: int, requests: int, n_itl: int) -> Path:
         conc = (1, 16, 32, 64, 128)[i % 5]
         d = run / "cases" / f"case{i:03d}_c{conc}" / "rep1"
         d.mkdir(parents=True)
-        (d / "bench.json").write_bytes(sglang_detailed(rng, requests, n_itl, conc))
+        (d / "bench.json").write_bytes(sglang_detailed(rng, requests, n_itl, conc, incomplete))
         meta = {"case_id": d.parent.name, "suite": "fixed", "rep": 1, "stage": "short_decode", "isl": 1024,
                 "osl": n_itl + 1, "concurrency": conc, "num_prompts": requests, "warmup": 0,
                 "status": "completed"}  # fmt: skip
@@ -82,27 +95,37 @@ def build_run(root: Path, cases: int, requests: int, n_itl: int) -> Path:
     return run
 
 
-def measure(run: Path, full_decode: bool) -> tuple[float, float]:
+class Run:
+    """One timed summarize: wall s, CPU s of the process tree, peak RSS GiB, 1-min load average."""
+
+    def __init__(self, wall: float, cpu: float, rss_gib: float, load: float) -> None:
+        self.wall, self.cpu, self.rss_gib, self.load = wall, cpu, rss_gib, load
+
+
+def measure(run: Path, full_decode: bool) -> Run:
     code = (
         "import resource,subprocess,sys,time;"
         "t=time.perf_counter();"
         f"r=subprocess.run([sys.executable,'-m','analysis','summarize',{str(run)!r}],capture_output=True);"
         "w=time.perf_counter()-t;"
-        "print(r.returncode,w,resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+        "u=resource.getrusage(resource.RUSAGE_CHILDREN);"
+        "print(r.returncode,w,u.ru_utime+u.ru_stime,u.ru_maxrss)"
     )
-    for name in ("summary.csv", "summary.jsonl", "aggregate.csv", "report.md"):
+    for name in ("summary.csv", "summary.jsonl", "aggregate.csv", "ab.csv", "report.md"):
         (run / name).unlink(missing_ok=True)
     shutil.rmtree(run / "plots", ignore_errors=True)
     env = {**os.environ, "QUICKMAP_ANALYSIS_FULL_DECODE": "1" if full_decode else "0"}
+    load = os.getloadavg()[0]
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env
     )
-    rc, wall, rss_kib = out.stdout.split()
+    rc, wall, cpu, rss_kib = out.stdout.split()
     if int(rc) != 0:
         raise SystemExit("summarize failed")
     if not (run / "report.md").is_file() or not any((run / "plots").glob("*.png")):
         raise SystemExit("summarize did not write report.md and plots")
-    return float(wall), int(rss_kib) / (1024 * 1024)
+    load = max(load, os.getloadavg()[0])  # the higher of before/after: the box is shared
+    return Run(float(wall), float(cpu), int(rss_kib) / (1024 * 1024), load)
 
 
 def main() -> int:
@@ -111,29 +134,48 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--itls", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--keep", type=Path, default=None, help="build the run here and keep it")
     ap.add_argument(
-        "--full-decode", action="store_true", help="decode every per-request array (no fast path)"
+        "--keep", type=Path, default=None, help="build the run here (reused if present) and keep it"
+    )
+    ap.add_argument("--paths", default="default,full", help="comma list of default, full")
+    ap.add_argument("--full-decode", action="store_true", help="same as --paths full")
+    ap.add_argument(
+        "--incomplete-summary", action="store_true", help="files without latency statistics (recompute all)"
     )
     args = ap.parse_args()
+    paths = ["full"] if args.full_decode else [p.strip() for p in args.paths.split(",") if p.strip()]
+    if not paths or any(p not in ("default", "full") for p in paths):
+        ap.error(f"--paths {args.paths!r}: expected a comma list of default, full")
     tmp = Path(tempfile.mkdtemp(prefix="qm_bench_analysis_")) if args.keep is None else args.keep
     try:
         t = time.perf_counter()
-        run = build_run(tmp, args.cases, args.requests, args.itls)
+        run = tmp / "bench_run"
+        if not (run / "manifest.json").is_file():
+            run = build_run(tmp, args.cases, args.requests, args.itls, args.incomplete_summary)
         size = sum(p.stat().st_size for p in run.rglob("bench.json")) / 2**20
-        print(f"built {args.cases} cases x {args.requests} requests x {args.itls} ITLs "
-              f"({size:.0f} MiB of JSONL) in {time.perf_counter() - t:.1f} s")  # fmt: skip
-        walls, rsss = [], []
+        print(f"run of {args.cases} cases x {args.requests} requests x {args.itls} ITLs "
+              f"({size:.0f} MiB of JSONL{', no latency statistics' if args.incomplete_summary else ''}) "
+              f"ready in {time.perf_counter() - t:.1f} s; {os.cpu_count()} CPUs")  # fmt: skip
+        runs: dict[str, list[Run]] = {p: [] for p in paths}
         for i in range(args.repeats):
-            wall, rss = measure(run, args.full_decode)
-            walls.append(wall)
-            rsss.append(rss)
-            print(f"run {i + 1}: summarize {wall:.2f} s, peak RSS {rss:.2f} GiB")
-        med_w, med_r = statistics.median(walls), statistics.median(rsss)
-        ok = med_w <= TARGET_S and max(rsss) <= TARGET_RSS_GIB
-        verdict = "PASS" if ok else "FAIL"
-        print(f"median of {args.repeats}: {med_w:.2f} s (target <= {TARGET_S} s), peak RSS median "
-              f"{med_r:.2f} GiB, max {max(rsss):.2f} GiB (<= {TARGET_RSS_GIB} GiB): {verdict}")  # fmt: skip
+            for p in paths:  # alternate, so both paths see the same background load
+                r = measure(run, p == "full")
+                runs[p].append(r)
+                print(f"run {i + 1} {p:7s}: {r.wall:5.2f} s wall, {r.cpu:5.2f} s CPU, "
+                      f"peak RSS {r.rss_gib:.2f} GiB, load average {r.load:.1f}")  # fmt: skip
+        ok = True
+        for p, rs in runs.items():
+            med_w = statistics.median(r.wall for r in rs)
+            med_c = statistics.median(r.cpu for r in rs)
+            max_r = max(r.rss_gib for r in rs)
+            loads = [r.load for r in rs]
+            good = med_w <= TARGET_S and max_r <= TARGET_RSS_GIB
+            ok = ok and good
+            walls = ", ".join(f"{r.wall:.2f}" for r in rs)
+            print(f"{p:7s} median of {len(rs)}: {med_w:.2f} s wall (target <= {TARGET_S} s; runs "
+                  f"{walls}), CPU {med_c:.2f} s, peak RSS max {max_r:.2f} GiB "
+                  f"(<= {TARGET_RSS_GIB} GiB), load average {min(loads):.1f}-{max(loads):.1f}: "
+                  f"{'PASS' if good else 'FAIL'}")  # fmt: skip
         return 0 if ok else 1
     finally:
         if args.keep is None:

@@ -211,3 +211,37 @@ def test_background_without_timestamps_gets_no_timeline_and_a_note(tmp_path: Pat
     row = next(r for r in _rows(run / "summary.csv") if r["role"] == "decode_background")
     assert row["status"] == "completed" and row["per_request_arrays"] == "present"
     assert "no ITL timeline" in row["status_note"] and "overlap not verifiable" in row["status_note"]
+
+
+def test_bar_charts_drawn_in_a_child_process_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With many cases one bar chart is drawn in a forked child: same files, same bytes."""
+    from analysis import plots
+    from analysis import summarize as mod
+
+    run = make_run(tmp_path, reps=1)
+    monkeypatch.setattr(plots, "PARALLEL_MIN_BARS", 10_000)
+    mod.summarize(run)
+    serial = {p.name: p.read_bytes() for p in (run / "plots").glob("*.png")}
+    shutil.rmtree(run / "plots")
+    monkeypatch.setattr(plots, "PARALLEL_MIN_BARS", 1)
+    mod.summarize(run)
+    forked = {p.name: p.read_bytes() for p in (run / "plots").glob("*.png")}
+    assert forked.keys() == serial.keys() and "latency_p95.png" in forked
+    assert forked["latency_p95.png"] == serial["latency_p95.png"]
+    assert forked["throughput.png"] == serial["throughput.png"]
+
+
+def test_a_plot_failing_in_the_child_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from analysis import plots
+    from analysis import summarize as mod
+
+    run = make_run(tmp_path, reps=1)
+    monkeypatch.setattr(plots, "PARALLEL_MIN_BARS", 1)
+
+    def broken(path: Path, agg: list) -> bool:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(plots, "plot_latency", broken)
+    with pytest.raises(RuntimeError, match=r"latency_p95\.png"):
+        mod.summarize(run)
+    assert not (run / "report.md").exists()
