@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         "timestamps": args.timestamps,
         "workers": max(1, min(workers, args.max_concurrency or workers, n)),
         "t0_epoch_s": t0_epoch,
+        "t0_monotonic_s": t0_ns / 1e9,  # same origin on CLOCK_MONOTONIC (to match server-side logs)
         "dataset_info": dinfo,
         "server_metrics": server_metrics,
         "warmup_failed": sum(1 for r in out.warm if r[6] is not None),
