@@ -304,6 +304,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--no-ingest", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--baseline", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--c", type=int, help=argparse.SUPPRESS)
@@ -346,7 +347,47 @@ def main() -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
-    return 0
+    failed = check_targets(rows)
+    return 1 if failed and a.strict else 0
+
+
+# (case, figure, limit, description): issue 4's accuracy targets for loadgen (--workers auto)
+TARGETS = (
+    ("c256", "ttft_err_mean", 5.0, "C=256 mean TTFT error <= 5 ms"),
+    ("c256", "ttft_err_p99", 25.0, "C=256 p99 TTFT error <= 25 ms"),
+    ("c256", "itl_err_p99", 1.0, "C=256 p99 ITL error <= 1 ms"),
+    ("c1024", "ttft_err_mean", 25.0, "C=1024 mean TTFT error <= 25 ms"),
+    ("c1024", "ttft_err_p99", 100.0, "C=1024 p99 TTFT error <= 100 ms"),
+    ("c1024", "itl_err_p99", 5.0, "C=1024 p99 ITL error <= 5 ms"),
+)
+
+
+def check_targets(rows: list[dict]) -> int:
+    """Print PASS/FAIL per target from the medians over reps of the 'loadgen' rows; count FAILs."""
+    lg = [r for r in rows if r["client"] == "loadgen"]
+    failed = 0
+    print("\ntargets (medians over reps of client 'loadgen'):")
+
+    def verdict(ok: bool, text: str) -> None:
+        nonlocal failed
+        failed += not ok
+        print(f"  {'PASS' if ok else 'FAIL'}  {text}")
+
+    for case, key, limit, text in TARGETS:
+        vals = [r[key] for r in lg if r["case"] == case]
+        if vals:
+            v = statistics.median(vals)
+            verdict(abs(v) <= limit, f"{text}: {v:+.2f}")
+    act = [r["max_active"] for r in lg if r["case"] == "c1024"]
+    if act:
+        verdict(min(act) >= 1024, f"C=1024 all streams open at once (truth max active): {min(act)}")
+    ing = [r for r in lg if r["case"] == "ingest"]
+    if ing:
+        err = statistics.median(abs(r["tput_err_pct"]) for r in ing)
+        verdict(err <= 2.0, f"max ingest reported within 2% of the server's: {err:.2f}%")
+        tput = statistics.median(r["server_tok_s"] for r in ing)
+        verdict(tput >= 112_000, f"max ingest >= ~112k tok/s (SGLang client's figure): {tput:.0f}")
+    return failed
 
 
 if __name__ == "__main__":
