@@ -60,13 +60,7 @@ class Ragged:
 
 
 def _loads_rows(text: bytes) -> list[Any] | None:
-    """One chunk ``[row, row, …]``: orjson, or the stdlib for Python's Infinity/NaN tokens.
-
-    ``true``/``false``/``null`` are refused (None) so that only numbers come back: the full
-    decode then decides what they mean, as it always did.
-    """
-    if b"l" in text or b"true" in text:  # false, null / true ("Infinity" has a "t", no "l")
-        return None
+    """One chunk ``[row, row, …]``: orjson, or the stdlib for Python's Infinity/NaN tokens."""
     try:
         rows = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -85,6 +79,10 @@ def parse_ragged(buf: bytes, start: int, stop: int, chunk: int = _CHUNK) -> Ragg
     Returns None (never raises) when it is not, or not in a form this parser takes.
     """
     if stop - start < 2 or buf[start] != 0x5B or buf[stop - 1] != 0x5D:  # "[" … "]"
+        return None
+    if buf.find(b"l", start, stop) >= 0 or buf.find(b"u", start, stop) >= 0:
+        # true/false/null (an "l" or a "u"; Infinity and NaN have neither): only numbers come
+        # back from here, the full decode decides what the others mean, as it always did.
         return None
     view = memoryview(buf)
     end = stop - 1  # the outer "]"

@@ -227,7 +227,7 @@ def load_result(path: str | Path, parse: Callable[[bytes], Any] | None = None) -
         raise InputError(path, None, "is a directory; expected a benchmark result file") from None
     except OSError as exc:
         raise InputError(path, None, f"cannot read ({exc.strerror})") from None
-    if not data.strip():
+    if not data or data.isspace():  # not data.strip(): that copies a whole multi-MB file
         raise InputError(path, None, "file is empty; expected a benchmark result JSON object")
     try:
         obj = parse(data)
