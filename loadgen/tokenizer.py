@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from .serverapi import post_json
 
@@ -22,13 +23,13 @@ class HFTokenizer:
 
     def __init__(self, path: str) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        f = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+        if not os.path.isfile(f):
+            raise TokenizerError(f"no tokenizer.json at {path!r} (give a local HF tokenizer directory)")
         try:
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise TokenizerError("the 'tokenizers' package is not installed") from exc
-        f = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-        if not os.path.isfile(f):
-            raise TokenizerError(f"no tokenizer.json at {path!r} (give a local HF tokenizer directory)")
         self.tok = Tokenizer.from_file(f)
         self.name = path
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
@@ -84,8 +85,19 @@ class ServerTokenizer:
         return len(obj["tokens"])
 
 
+def _warn(msg: str) -> None:
+    print(f"loadgen: warning: {msg}", file=sys.stderr, flush=True)
+
+
 def load_tokenizer(spec: str | None, base_url: str, model: str) -> HFTokenizer | ServerTokenizer | None:
-    """--tokenizer PATH -> local HF tokenizer; 'server' -> /tokenize; None -> no tokenizer."""
+    """--tokenizer DIR -> local HF tokenizer; 'server' -> /tokenize; None -> no tokenizer.
+
+    A hub-style name (``org/model``, not a local path) cannot be downloaded here, and a local dir
+    cannot be read without the ``tokenizers`` package (bare nodes running the zipapp): both fall
+    back, with a warning, to the server's /tokenize when it answers, else to no tokenizer. That is
+    harmless for token-id backends (exact lengths need no tokenizer); text prompts are then
+    counted by the server or marked unchecked. A path that does not exist is an error.
+    """
     if not spec:
         return None
     if spec == "server":
@@ -93,9 +105,18 @@ def load_tokenizer(spec: str | None, base_url: str, model: str) -> HFTokenizer |
         if not t.probe():
             raise TokenizerError(f"--tokenizer server: {base_url}/tokenize is not available")
         return t
-    if not os.path.exists(spec):
-        raise TokenizerError(
-            f"--tokenizer {spec!r} is not a local path (hub downloads are not supported; use a "
-            "directory with tokenizer.json, or 'server' for the server's /tokenize)"
-        )
-    return HFTokenizer(spec)
+    if os.path.exists(spec):
+        try:
+            return HFTokenizer(spec)
+        except TokenizerError as exc:
+            why = f"--tokenizer {spec!r}: {exc}"
+    elif spec.startswith(("/", "./", "../", "~")):
+        raise TokenizerError(f"--tokenizer {spec!r}: no such directory")
+    else:
+        why = f"--tokenizer {spec!r} is not a local directory (hub downloads are not supported)"
+    t = ServerTokenizer(base_url, model)
+    if t.probe():
+        _warn(f"{why}; counting with the server's /tokenize instead")
+        return t
+    _warn(f"{why}; continuing without a tokenizer")
+    return None

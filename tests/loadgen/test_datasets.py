@@ -279,3 +279,63 @@ def test_prometheus_parser_and_deltas():
     b = dict(a, **{"sglang:prompt_tokens_total": 40.0, "sglang:num_running_reqs": 9.0})
     d = serverapi.counter_deltas(a, b)
     assert d["sglang:prompt_tokens_total"] == 25 and "sglang:num_running_reqs" not in d
+
+
+def test_hub_name_tokenizer_falls_back_to_server_tokenize(lg):
+    # what the bench role passes by default (--tokenizer = the model path, here a hub-style name)
+    with FakeServer() as srv:
+        cp, _res = lg(
+            [
+                "--backend",
+                "vllm-chat",
+                "--base-url",
+                srv.url,
+                "--num-prompts",
+                "3",
+                "--tokenizer",
+                "Qwen/Qwen3-0.6B",
+                "--random-input-len",
+                "12",
+                "--random-output-len",
+                "2",
+                "--random-range-ratio",
+                "1",
+                "--warmup-requests",
+                "0",
+            ]
+        )
+        bodies = [r["body"] for r in srv.requests if r["path"] == "/v1/chat/completions"]
+    assert cp.returncode == 0, cp.stderr
+    assert "not a local directory" in cp.stderr and "/tokenize instead" in cp.stderr
+    assert [len(b["messages"][0]["content"].split()) for b in bodies] == [12] * 3
+
+
+def test_tokenizer_dir_without_tokenizer_json_falls_back(lg, tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    with FakeServer() as srv:
+        cp, res = lg(
+            [
+                "--backend",
+                "sglang",
+                "--base-url",
+                srv.url,
+                "--num-prompts",
+                "2",
+                "--tokenizer",
+                str(d),
+                "--random-input-len",
+                "5",
+                "--random-output-len",
+                "2",
+                "--random-range-ratio",
+                "1",
+            ]
+        )
+    assert cp.returncode == 0, cp.stderr
+    assert "tokenizer.json" in cp.stderr and res["total_input_tokens"] == 10
+
+
+def test_missing_tokenizer_path_is_refused(lg):
+    cp, _res = lg(["--tokenizer", "/nonexistent/tok", "--port", "1", "--num-prompts", "1"], out=False)
+    assert cp.returncode == 2 and "--tokenizer '/nonexistent/tok': no such directory" in cp.stderr
