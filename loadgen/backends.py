@@ -90,6 +90,7 @@ class Req:
         "input_tokens",
         "output_tokens",
         "payload",
+        "retried",
         "sched_ns",
         "send_ns",
         "slot_ns",
@@ -111,6 +112,7 @@ class Req:
         self.events: list = []
         self.timer = None
         self.conn = None
+        self.retried = False
         # filled by analyse()
         self.ev_times: list[int] = []
         self.event_tokens: list[int] = []

@@ -48,9 +48,11 @@ class Conn(asyncio.Protocol):
         "_state",
         "body_parts",
         "closed",
+        "fresh",
         "got_bytes",
         "owner",
         "req",
+        "served",
         "transport",
     )
 
@@ -67,6 +69,8 @@ class Conn(asyncio.Protocol):
         self._close_after = False
         self.body_parts: list[bytes] = []
         self.got_bytes = False
+        self.served = 0  # requests sent on this connection so far
+        self.fresh = False  # opened for the request it carries (so it cannot have idled out)
 
     # -- asyncio callbacks -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -111,6 +115,7 @@ class Conn(asyncio.Protocol):
         self._close_after = False
         self.body_parts = []
         self.got_bytes = False
+        self.served += 1
         req.send_ns = perf_counter_ns()
         self._write(payload)
 

@@ -161,6 +161,7 @@ class Worker:
             self.idle.append(conn)
             self.request_done(None, req)
             return
+        conn.fresh = True
         req.conn = conn
         conn.send(req, req.payload)
 
@@ -176,6 +177,18 @@ class Worker:
 
     def request_done(self, conn: Conn | None, req: Req) -> None:
         """Called by a connection when its request is over (success or failure)."""
+        if (
+            req.error_class == "connection"
+            and conn is not None
+            and not conn.got_bytes
+            and (conn.served > 1 or not conn.fresh)
+            and not req.retried
+            and not self.stopping
+        ):
+            # a kept-alive connection the server closed while idle (uvicorn drops them after 5 s)
+            # and we raced it: resend once on another connection, as HTTP clients do
+            self._retry(req)
+            return
         if req.timer is not None:
             req.timer.cancel()
             req.timer = None
@@ -202,6 +215,22 @@ class Worker:
         while ready and not self.stopping and (cap is None or self.inflight < cap):
             self._start(ready.popleft())
         self._check_over()
+
+    def _retry(self, req: Req) -> None:
+        req.retried = True
+        req.error_class = req.error = req.http_status = None
+        req.events = []
+        req.first_byte_ns = req.header_ns = req.end_ns = 0
+        req.conn = None
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                req.conn = conn
+                conn.send(req, req.payload)
+                return
+        self.new_conns_during_phase += 1
+        self.loop.create_task(self._open_and_send(req))
 
     def _check_over(self) -> None:
         fut = self.phase_fut

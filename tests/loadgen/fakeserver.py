@@ -7,7 +7,9 @@ records every request it received (path, JSON body, arrival time).
 
 Modes (per server): ok, http500, cut (close after ``cut_after`` events), malformed (one broken
 SSE line), error_event (SSE error object), no_first_token (headers, then silence), close_early
-(close before any byte). ``fail_every=k`` applies the mode to every k-th request only (1 = all).
+(close before any byte), drop_reused (close, unanswered, every request after the first on a
+connection: a keep-alive timeout racing the client). ``fail_every=k`` applies the mode to every
+k-th request only (1 = all).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class FakeServer:
         self.model = model
         self.requests: list[dict] = []
         self.flush_calls = 0
+        self.dropped = 0
         self.counter = 0
         self.metrics = {
             "sglang:num_requests_total": 0,
@@ -92,9 +95,11 @@ class FakeServer:
 
     # -- HTTP --------------------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        on_conn = 0
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                on_conn += 1
                 lines = head.decode("latin-1").split("\r\n")
                 method, target, _ = lines[0].split(" ", 2)
                 hdrs = {}
@@ -102,7 +107,7 @@ class FakeServer:
                     k, _, v = ln.partition(":")
                     hdrs[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(hdrs.get("content-length", "0") or 0))
-                keep = await self._dispatch(method, target.split("?")[0], body, writer)
+                keep = await self._dispatch(method, target.split("?")[0], body, writer, on_conn)
                 if not keep:
                     break
         except (
@@ -121,7 +126,7 @@ class FakeServer:
         head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(b)}\r\n\r\n"
         writer.write(head.encode() + b)
 
-    async def _dispatch(self, method: str, path: str, body: bytes, writer) -> bool:
+    async def _dispatch(self, method: str, path: str, body: bytes, writer, on_conn: int = 1) -> bool:
         if path == "/v1/models":
             self._json(writer, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
             return True
@@ -152,6 +157,9 @@ class FakeServer:
             self._json(writer, {"error": "not found"}, "404 Not Found")
             return True
         req = json.loads(body)
+        if self.mode == "drop_reused" and on_conn > 1:
+            self.dropped += 1
+            return False  # like a keep-alive timeout racing the client's next request
         arrival = time.perf_counter()
         self.requests.append({"path": path, "body": req, "t": arrival})
         k = self.counter

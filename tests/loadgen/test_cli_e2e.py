@@ -242,7 +242,6 @@ def test_achieved_rate_within_2pct_over_2000_requests(lg):
         ("cut", "stream_cut", []),
         ("malformed", "server_error", []),
         ("error_event", "server_error", []),
-        ("close_early", "connection", []),
         ("no_first_token", "timeout", ["--request-timeout", "1.5"]),
     ],
 )
@@ -276,6 +275,53 @@ def test_error_classes_and_the_run_carries_on(lg, mode, cls, extra):
         assert all(r["http_status"] == 500 and "boom" in r["error"] for r in bad)
     if cls == "timeout":
         assert took < 15.0  # nothing hangs past --request-timeout
+
+
+def test_server_closing_without_answer_is_a_connection_error(lg):
+    # every request is answered by a close: the one resend on a fresh connection fails too
+    with FakeServer(mode="close_early") as srv:
+        cp, res = lg(
+            [
+                "--backend",
+                "sglang",
+                "--base-url",
+                srv.url,
+                "--num-prompts",
+                "4",
+                "--max-concurrency",
+                "2",
+                *BASE,
+                "--warmup-requests",
+                "0",
+            ]
+        )
+    assert cp.returncode == 0, cp.stderr
+    assert res["failed"] == 4 and res["errors_by_class"] == {"connection": 4}
+
+
+def test_stale_keepalive_connection_is_resent_once(lg):
+    # the server drops every reused connection unanswered: each request is resent once on a new
+    # connection and succeeds; nothing is counted as failed
+    with FakeServer(mode="drop_reused") as srv:
+        cp, res = lg(
+            [
+                "--backend",
+                "sglang",
+                "--base-url",
+                srv.url,
+                "--num-prompts",
+                "6",
+                "--max-concurrency",
+                "2",
+                *BASE,
+                "--warmup-requests",
+                "0",
+            ]
+        )
+        dropped = srv.dropped
+    assert cp.returncode == 0, cp.stderr
+    assert res["completed"] == 6 and res["failed"] == 0
+    assert dropped >= 4  # the pre-opened connections serve one request each, then every reuse is dropped
 
 
 def test_unreachable_server_fails_requests_with_connection_class(lg):
