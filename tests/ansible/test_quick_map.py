@@ -213,13 +213,19 @@ def test_stale_server_from_an_earlier_run_is_refused(run_env: dict) -> None:
     _assert_server_stopped(run_env["results"], run_env["port"])
 
 
-def test_shell_injection_through_a_variable_runs_nothing(run_env: dict) -> None:
+def test_shell_injection_through_a_variable_runs_nothing_and_secrets_stay_out(run_env: dict) -> None:
     pwned = run_env["tmp"] / "pwned"
     name = f"x; touch {pwned}; echo $(touch {pwned})"
     ev = dict(run_env["extravars"], run_id="inj", case_ids="short_decode_c1", engine_served_model_name=name)
-    res = run_cli(ev, "--tags", "fixed")
+    secret = "hf_QuickmapTestSecret0123456789"
+    res = run_cli(ev, "--tags", "fixed", env={"HF_TOKEN": secret})
     assert res.rc == 0, res.output[-3000:]
     assert not pwned.exists()
+    # The token reached the server's environment only: no saved file and no output carries it.
+    assert secret not in res.output
+    for f in run_env["results"].rglob("*"):
+        if f.is_file() and f.suffix != ".pyz":
+            assert secret.encode() not in f.read_bytes(), f"secret written to {f}"
     run_dir = run_env["results"] / "inj"
     meta = _meta(run_dir, "cases/short_decode_c1/rep1")
     assert meta["status"] == "completed"
