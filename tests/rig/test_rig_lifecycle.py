@@ -9,7 +9,7 @@ import pytest
 
 from . import netns, procs
 from .ansible_cli import AnsibleRunner
-from .core import Rig, cleanup_stale
+from .core import Rig, cleanup_stale, unavailable_reason
 
 pytestmark = pytest.mark.rig
 
@@ -40,3 +40,9 @@ def test_teardown_and_stale_cleanup(rig: Rig) -> None:
         assert all(procs.alive(h.sshd_pid) for h in rig.hosts)
     finally:
         extra.down()
+
+
+def test_without_root_the_rig_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reason the rig tests skip with when namespaces cannot be created (CI without root)."""
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert unavailable_reason() == "the rig needs root to create network namespaces (not root here)"

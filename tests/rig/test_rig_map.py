@@ -362,6 +362,10 @@ def test_worker_killed_mid_case_then_resume(ansible: AnsibleRunner, rig: Rig) ->
     assert not (run_dir(rig, run_id) / "cases" / KILL_CASES[2] / "rep1" / "bench.json").exists()
     assert read_json(run_dir(rig, run_id) / "manifest.json")["status"] in ("failed", "partial")
     assert_servers_stopped(rig)
+    # The head saw the worker's rendezvous connection (across the namespaces) drop, and its final log
+    # came home with the evidence.
+    head_log = run_dir(rig, run_id) / "nodes" / head.name / "server" / f"{head.name}.log"
+    assert f"Connection closed by remote peer {worker.address}" in head_log.read_text()
 
     # Resume: same run id, the finished case untouched, the killed and the never-run case completed.
     resumed = run_map(ansible, run_id, *plan, "-e", "resume=true")
