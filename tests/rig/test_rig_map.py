@@ -273,6 +273,31 @@ def test_stale_server_from_earlier_run_is_refused_in_preflight(
     assert_servers_stopped(rig)
 
 
+def test_dead_container_from_earlier_run_is_refused_in_preflight(ansible: AnsibleRunner, rig: Rig) -> None:
+    """An engine that died (here: DeepSeek-V3 on one GPU runs out of memory) leaves an exited container
+    behind; preflight refuses it instead of letting `docker run --name` fail after the worker started."""
+    worker = rig.host("worker")
+    dead = "docker run -d --name quickmap-sglang img python3 -m sglang.launch_server"
+    dead += " --model-path deepseek-ai/DeepSeek-V3 --port 31000"
+    left = ansible.adhoc(worker.name, "ansible.builtin.command", dead)
+    assert left.returncode == 0, left.stdout + left.stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and live_containers(rig):
+        time.sleep(0.2)
+    assert [s["status"] for s in worker.containers(include_removed=False)] == ["exited"]
+    try:
+        before = time.time()
+        refused = run_map(ansible, "rig-dead", "--tags", "fixed", "-e", f"case_ids={CASES[0]}")
+        assert refused.returncode != 0
+        out = refused.stdout + refused.stderr
+        refusal = f"{worker.name}: container quickmap-sglang from an earlier run still exists (state exited)"
+        assert refusal in out, tail(refused)
+        assert docker_runs(rig.host("head"), before) == [] and docker_runs(worker, before) == []
+    finally:
+        ansible.adhoc(worker.name, "ansible.builtin.command", "docker rm -f quickmap-sglang")
+    assert worker.containers(include_removed=False) == []
+
+
 def test_mixed_tag_runs_only_the_ab(ansible: AnsibleRunner, rig: Rig) -> None:
     started = time.time()
     proc = run_map(ansible, "rig-mixed", "--tags", "mixed")
