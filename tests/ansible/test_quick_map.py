@@ -117,6 +117,7 @@ def test_case_timeout_is_classified_and_the_run_continues(run_env: dict) -> None
     ev = dict(
         run_env["extravars"],
         run_id="to",
+        report_summarize=False,
         case_ids="short_decode_c1,short_decode_c32",
         bench_case_timeouts={"short_decode_c32": 1},
     )
@@ -134,6 +135,7 @@ def test_case_failure_stops_the_run_when_policy_says_so(run_env: dict) -> None:
     ev = dict(
         run_env["extravars"],
         run_id="stop",
+        report_summarize=False,
         case_ids="short_decode_c32,long_decode_8k_c32",
         bench_case_timeouts={"short_decode_c32": 1},
         continue_on_case_failure=False,
@@ -154,7 +156,12 @@ def _snapshot(d: Path) -> dict[str, tuple[int, bytes]]:
 
 
 def test_resume_after_a_run_killed_mid_case(run_env: dict) -> None:
-    ev = dict(run_env["extravars"], run_id="rk", case_ids="cold_prefill_4k,short_decode_c1,short_decode_c32")
+    ev = dict(
+        run_env["extravars"],
+        run_id="rk",
+        report_summarize=False,
+        case_ids="cold_prefill_4k,short_decode_c1,short_decode_c32",
+    )
     run_dir = run_env["results"] / "rk"
     killed_case = run_dir / "cases/short_decode_c32/rep1"
     cmd = [str(VENV_BIN / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(ev), "--tags", "fixed"]
@@ -198,7 +205,7 @@ def test_resume_after_a_run_killed_mid_case(run_env: dict) -> None:
 
 
 def test_stale_server_from_an_earlier_run_is_refused(run_env: dict) -> None:
-    ev = dict(run_env["extravars"], run_id="st1", case_ids="short_decode_c1")
+    ev = dict(run_env["extravars"], run_id="st1", report_summarize=False, case_ids="short_decode_c1")
     started = run_cli(ev, "--tags", "serve")  # starts the server and (by tag choice) leaves it up
     assert started.rc == 0, started.output[-3000:]
     assert port_listening(run_env["port"])
@@ -216,7 +223,13 @@ def test_stale_server_from_an_earlier_run_is_refused(run_env: dict) -> None:
 def test_shell_injection_through_a_variable_runs_nothing_and_secrets_stay_out(run_env: dict) -> None:
     pwned = run_env["tmp"] / "pwned"
     name = f"x; touch {pwned}; echo $(touch {pwned})"
-    ev = dict(run_env["extravars"], run_id="inj", case_ids="short_decode_c1", engine_served_model_name=name)
+    ev = dict(
+        run_env["extravars"],
+        run_id="inj",
+        report_summarize=False,
+        case_ids="short_decode_c1",
+        engine_served_model_name=name,
+    )
     secret = "hf_QuickmapTestSecret0123456789"
     res = run_cli(ev, "--tags", "fixed", env={"HF_TOKEN": secret})
     assert res.rc == 0, res.output[-3000:]
