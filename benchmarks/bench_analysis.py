@@ -82,7 +82,10 @@ def build_run(root: Path, cases: int, requests: int, n_itl: int, incomplete: boo
     run = root / "bench_run"
     rng = np.random.default_rng(2026)
     (run / "cases").mkdir(parents=True)
-    (run / "manifest.json").write_text(json.dumps({"run_id": "bench_run", "model": "synthetic"}))
+    params = {"cases": cases, "requests": requests, "itls": n_itl, "incomplete_summary": incomplete}
+    (run / "manifest.json").write_text(
+        json.dumps({"run_id": "bench_run", "model": "synthetic", "bench": params})
+    )
     for i in range(cases):
         conc = (1, 16, 32, 64, 128)[i % 5]
         d = run / "cases" / f"case{i:03d}_c{conc}" / "rep1"
@@ -135,7 +138,10 @@ def main() -> int:
     ap.add_argument("--itls", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument(
-        "--keep", type=Path, default=None, help="build the run here (reused if present) and keep it"
+        "--keep",
+        type=Path,
+        default=None,
+        help="build the run here and keep it (reused when built with the same parameters)",
     )
     ap.add_argument("--paths", default="default,full", help="comma list of default, full")
     ap.add_argument("--full-decode", action="store_true", help="same as --paths full")
@@ -150,7 +156,11 @@ def main() -> int:
     try:
         t = time.perf_counter()
         run = tmp / "bench_run"
-        if not (run / "manifest.json").is_file():
+        want = {"cases": args.cases, "requests": args.requests, "itls": args.itls,
+                "incomplete_summary": args.incomplete_summary}  # fmt: skip
+        manifest = run / "manifest.json"
+        if not manifest.is_file() or json.loads(manifest.read_text()).get("bench") != want:
+            shutil.rmtree(run, ignore_errors=True)  # absent, or built with other parameters
             run = build_run(tmp, args.cases, args.requests, args.itls, args.incomplete_summary)
         size = sum(p.stat().st_size for p in run.rglob("bench.json")) / 2**20
         print(f"run of {args.cases} cases x {args.requests} requests x {args.itls} ITLs "
