@@ -9,7 +9,15 @@ client's reported output tok/s vs what the server actually sent.
 Clients: ``loadgen`` (this package, raw asyncio, --workers auto), ``loadgen-wN`` (N worker
 processes), ``loadgen-kernel`` (--timestamps kernel: SO_TIMESTAMPNS event times),
 ``httpx`` and ``aiohttp`` (the same measuring loop on those libraries: pooled client, pool warmed
-first, closed loop at the concurrency, perf_counter_ns per received chunk).
+first, closed loop at the concurrency, perf_counter_ns per received chunk). With ``--base-src DIR``
+(a directory holding another ``loadgen`` package, e.g. ``git archive <commit> loadgen | tar -x -C DIR``)
+the clients ``base`` and ``base-wN`` run that copy: an A/B of two versions in the same session, on
+the same box load (alternate them in ``--clients`` and compare medians of ratios).
+
+``--parse-only``: no server; time loadgen's receive path alone (``Conn.on_data`` + the backend's
+``on_event``, then ``analyse``) on synthetic streams of 512 events — SGLang native (cumulative text,
+like refserver) and OpenAI completions — delivered one event per read and in 64 KiB reads. Prints
+CPU ns per event (best of 9, thread CPU time) for this tree and, with ``--base-src``, for the other copy.
 
 usage: python benchmarks/bench_loadgen.py [--clients loadgen,httpx,aiohttp] [--conc 1,64,256,1024]
        [--reps 1] [--no-ingest] [--json OUT]
@@ -173,10 +181,19 @@ def _pct(v, q):
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
+BASE_SRC: str | None = None  # --base-src: the other loadgen copy for clients base / base-wN
+
+
 def run_client(client: str, port: int, conc: int, n: int, out_len: int, tmp: str) -> tuple[dict, float]:
     """Run one client; return (its figures in ms / tok/s, client CPU seconds)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if client.startswith("loadgen"):
+    if client.startswith(("loadgen", "base")):
+        src = ROOT
+        if client.startswith("base"):
+            if BASE_SRC is None:
+                raise SystemExit("client base* needs --base-src DIR")
+            src = BASE_SRC
+            client = "loadgen" + client[len("base") :]
         out = os.path.join(tmp, "lg.json")
         cmd = [
             PY,
@@ -205,7 +222,7 @@ def run_client(client: str, port: int, conc: int, n: int, out_len: int, tmp: str
             cmd += ["--workers", client[len("loadgen-w") :]]
         elif client == "loadgen-kernel":
             cmd += ["--timestamps", "kernel"]
-        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=900)
+        subprocess.run(cmd, cwd=src, check=True, stdout=subprocess.DEVNULL, timeout=900)
         with open(out) as f:
             d = json.load(f)
         fig = {
@@ -297,7 +314,156 @@ def make_tok(tmp: str) -> str:
     return d
 
 
+def _parse_streams() -> dict[str, bytes]:
+    """Byte-exact streams like refserver's (chunked SSE, one token per event, 512 events)."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    def chunk(b: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(b), b)
+
+    words = [b"w%dx" % (i % 997) for i in range(512)]
+    nat, oai = [head], [head]
+    for i in range(512):
+        fin = b'{"type":"length","length":512}' if i == 511 else b"null"
+        nat.append(
+            chunk(
+                b'data: {"text":"%s","output_ids":[],"meta_info":{"id":"7","prompt_tokens":128,'
+                b'"completion_tokens":%d,"cached_tokens":0,"finish_reason":%s,"e2e_latency":0.123456}}\n\n'
+                % (b" ".join(words[: i + 1]), i + 1, fin)
+            )
+        )
+        oai.append(
+            chunk(
+                b'data: {"id":"cmpl-7","object":"text_completion","created":1,"model":"m",'
+                b'"choices":[{"index":0,"text":" %s","logprobs":null,"finish_reason":null}],'
+                b'"usage":{"prompt_tokens":128,'
+                b'"completion_tokens":%d,"total_tokens":%d}}\n\n' % (words[i], i + 1, 129 + i)
+            )
+        )
+    oai.append(
+        chunk(
+            b'data: {"id":"x","object":"text_completion","created":1,"model":"m","choices":[],'
+            b'"usage":{"prompt_tokens":128,"completion_tokens":512,"total_tokens":640}}\n\n'
+        )
+    )
+    tail = chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    return {"sglang": b"".join(nat) + tail, "vllm": b"".join(oai) + tail}
+
+
+def parse_worker() -> dict:
+    """In a subprocess whose cwd holds the loadgen package to time: CPU ns per event, best of 9."""
+    sys.path.insert(0, os.getcwd())
+    from time import thread_time_ns  # CPU time: other jobs on the box do not inflate it
+
+    from loadgen.backends import make_req
+    from loadgen.httpconn import Conn
+
+    class Owner:
+        def request_done(self, conn, req) -> None:
+            pass
+
+        def conn_closed(self, conn) -> None:
+            pass
+
+    class Tr:
+        def write(self, data) -> None:
+            pass
+
+        close = abort = write
+
+    out = {}
+    for backend, data in _parse_streams().items():
+        head_end = data.index(b"\r\n\r\n") + 4
+        events, pos = [], head_end
+        while pos < len(data):  # split at chunk boundaries: one event per read
+            le = data.index(b"\r\n", pos)
+            end = le + 2 + int(data[pos:le], 16) + 2
+            events.append(data[pos:end])
+            pos = end
+        per_read = [data[:head_end], *events]
+        big = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+        nev = 512
+        for split, pieces in (("1ev/read", per_read), ("64KiB", big)):
+            best_rx = best_an = None
+            for _ in range(9):
+                reqs, conns = [], []
+                for _k in range(20):
+                    c = Conn(Owner())
+                    c.transport = Tr()
+                    r = make_req(backend, 0, b"", 128, 512)
+                    c.send(r, b"")
+                    reqs.append(r)
+                    conns.append(c)
+                t0 = thread_time_ns()
+                for c in conns:
+                    on_data = c.on_data
+                    for p in pieces:
+                        on_data(p, 1)
+                t1 = thread_time_ns()
+                for r in reqs:
+                    r.analyse()
+                t2 = thread_time_ns()
+                assert all(r.error_class is None and r.output_tokens == nev for r in reqs), reqs[0].error
+                rx, an = (t1 - t0) / (20 * nev), (t2 - t1) / (20 * nev)
+                best_rx = rx if best_rx is None else min(best_rx, rx)
+                best_an = an if best_an is None else min(best_an, an)
+            out[f"{backend} {split}"] = (best_rx, best_an)
+    return out
+
+
+def parse_only(base_src: str | None) -> None:
+    """Time the receive path of this tree (and of --base-src) in fresh subprocesses."""
+    srcs = [("this", ROOT)] + ([("base", base_src)] if base_src else [])
+    res = {}
+    for name, src in srcs:
+        cp = subprocess.run(
+            [PY, os.path.abspath(__file__), "--parse-worker"],
+            cwd=src,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        res[name] = json.loads(cp.stdout.strip().splitlines()[-1])
+    print(f"receive path, CPU ns per event (best of 9; load average {os.getloadavg()[0]:.1f})")
+    for key in res["this"]:
+        line = f"  {key:>16}: this rx {res['this'][key][0]:7.0f} analyse {res['this'][key][1]:7.0f}"
+        if "base" in res:
+            b = res["base"][key]
+            line += (
+                f" | base rx {b[0]:7.0f} analyse {b[1]:7.0f} | rx this/base {res['this'][key][0] / b[0]:.2f}"
+            )
+        print(line)
+
+
+def print_medians(rows: list[dict]) -> None:
+    """One line per (case, client): medians over reps (the figures to quote)."""
+    print("\nmedians over reps:")
+    keys = (
+        "ttft_err_mean",
+        "ttft_err_p99",
+        "itl_err_mean",
+        "itl_err_p99",
+        "reported_tok_s",
+        "cpu_s_per_1k_tok",
+    )
+    seen = []
+    for r in rows:
+        if (r["case"], r["client"]) not in seen:
+            seen.append((r["case"], r["client"]))
+    for case, client in seen:
+        sel = [r for r in rows if r["case"] == case and r["client"] == client]
+        med = {k: statistics.median(r[k] for r in sel) for k in keys}
+        unrel = sum(1 for r in sel if r.get("reliable") is False)
+        print(
+            f"  {case:>7} {client:>10} n={len(sel)} ttft err mean {med['ttft_err_mean']:+.2f} p99 "
+            f"{med['ttft_err_p99']:+.2f} | itl err mean {med['itl_err_mean']:+.2f} p99 "
+            f"{med['itl_err_p99']:+.2f} | tok/s {med['reported_tok_s']:.0f} | cpu/1k "
+            f"{med['cpu_s_per_1k_tok']:.4f} | unreliable {unrel}"
+        )
+
+
 def main() -> int:
+    global BASE_SRC
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="loadgen,httpx,aiohttp")
     ap.add_argument("--conc", default="1,64,256,1024")
@@ -305,12 +471,24 @@ def main() -> int:
     ap.add_argument("--no-ingest", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--base-src", default=None, help="dir holding another loadgen package (clients base*)")
+    ap.add_argument("--parse-only", action="store_true", help="time the receive path only (no server)")
+    ap.add_argument("--parse-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--baseline", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--c", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--out-len", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.parse_worker:
+        print(json.dumps(parse_worker()))
+        return 0
+    BASE_SRC = os.path.abspath(a.base_src) if a.base_src else None
+    if BASE_SRC and not os.path.isfile(os.path.join(BASE_SRC, "loadgen", "__main__.py")):
+        ap.error(f"--base-src {a.base_src}: no loadgen package there (expected DIR/loadgen/__main__.py)")
+    if a.parse_only:
+        parse_only(BASE_SRC)
+        return 0
     if a.baseline:
         try:
             import uvloop
@@ -347,6 +525,7 @@ def main() -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
+    print_medians(rows)
     failed = check_targets(rows)
     return 1 if failed and a.strict else 0
 

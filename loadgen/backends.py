@@ -1,16 +1,19 @@
 """Backends: how a request body looks and how a streamed response is read, per server API.
 
 The hot path (``on_event``, called when the bytes of one SSE event arrived) does as little as
-possible so the next socket's bytes are stamped on time: OpenAI events are only stored; SGLang
-native events (whose ``text`` is cumulative, so parsing each would be O(n^2)) are reduced at once
-to their cumulative ``completion_tokens`` with one reverse search. ``analyse()`` does the JSON work
-after the request is over.
+possible so the next socket's bytes are stamped on time. It gets the event as bounds into the
+received bytes (no copy) and appends the time to a flat ``array('q')`` (no per-event tuple):
+OpenAI payloads are only stored (small, constant size); SGLang native events (whose ``text`` is
+cumulative, so each grows with the output and parsing each would be O(n^2)) are reduced at once to
+their cumulative ``completion_tokens`` by one bounded reverse search and a digit slice, without
+copying the payload. ``analyse()`` does the JSON work after the request is over.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from array import array
 from typing import Any
 
 try:  # orjson is ~2x faster; optional so the zipapp needs only the standard library
@@ -81,15 +84,16 @@ class Req:
         "error_class",
         "ev_times",
         "event_tokens",
-        "events",
         "expected_output",
         "first_byte_ns",
+        "full",
         "header_ns",
         "http_status",
         "index",
         "input_tokens",
         "output_tokens",
         "payload",
+        "raw_t",
         "retried",
         "sched_ns",
         "send_ns",
@@ -109,7 +113,8 @@ class Req:
         self.error_class: str | None = None
         self.error: str | None = None
         self.done_seen = False
-        self.events: list = []
+        self.raw_t = array("q")  # perf_counter_ns of each stored (not yet analysed) event
+        self.full: tuple[int, bytes] | None = None  # a non-streamed body: (time, bytes)
         self.timer = None
         self.conn = None
         self.retried = False
@@ -121,12 +126,29 @@ class Req:
         self.tokens_source = "client"
         self.cached_tokens: int | None = None
 
-    def on_event(self, t: int, payload: bytes) -> None:  # pragma: no cover - overridden
+    def on_event(self, t: int, buf: bytes, start: int, end: int) -> None:  # pragma: no cover
+        """One SSE ``data`` payload, ``buf[start:end]``, whose last byte arrived at ``t``."""
         raise NotImplementedError
+
+    def has_raw(self) -> bool:
+        """Whether events are stored that ``analyse()`` has not turned into results yet."""
+        return bool(self.raw_t) or self.full is not None
+
+    def raw_size(self) -> int:  # pragma: no cover - overridden
+        """Approximate bytes held by the stored events (the worker's memory budget)."""
+        raise NotImplementedError
+
+    def seal(self) -> None:
+        """The response is over: keep only what ``analyse()`` needs (no receive buffers)."""
+
+    def reset_raw(self) -> None:
+        """Drop the stored events (a resend starts the stream over)."""
+        self.raw_t = array("q")
+        self.full = None
 
     def on_body(self, body: bytes, t: int) -> None:
         """A non-streamed 200 response: one event holding all tokens, at the end of the body."""
-        self.events = [(t, b"FULL", body)]
+        self.full = (t, body)
 
     def analyse(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -165,32 +187,70 @@ class Req:
 class NativeReq(Req):
     """SGLang ``/generate``: cumulative text; ``meta_info.completion_tokens`` counts tokens."""
 
-    __slots__ = ("last",)
+    __slots__ = ("last", "last_end", "last_start", "odd", "raw_c")
 
     def __init__(self, *a) -> None:
         super().__init__(*a)
-        self.last = b""
+        self.raw_c = array("q")  # cumulative completion_tokens per stored event; -1: see ``odd``
+        self.odd: list[bytes] = []  # payloads without a token count (error event, unknown shape)
+        self.last = b""  # the last counted event is last[last_start:last_end] (no copy per event)
+        self.last_start = self.last_end = 0
 
-    def on_event(self, t: int, payload: bytes) -> None:
-        i = payload.rfind(b'"completion_tokens"')
-        if i >= 0:
-            m = _CT.match(payload, i)
-            if m is not None:
-                self.events.append((t, int(m.group(1))))
-                self.last = payload
+    def on_event(self, t: int, buf: bytes, start: int, end: int) -> None:
+        i = buf.rfind(b'"completion_tokens":', start, end)
+        if i >= 0:  # SGLang's (orjson's) compact form: the digits run up to the next ',' or '}'
+            j = i + 20
+            k = buf.find(b",", j, end)
+            if k < 0:
+                k = buf.find(b"}", j, end)
+            digits = buf[j:k]
+            if k > j and digits.isdigit():
+                self.raw_t.append(t)
+                self.raw_c.append(int(digits))
+                self.last = buf
+                self.last_start = start
+                self.last_end = end
                 return
-        self.events.append((t, -1, payload))  # no token count: error event or unknown shape
+        i = buf.rfind(b'"completion_tokens"', start, end)
+        if i >= 0:  # any other spacing
+            m = _CT.match(buf, i, end)
+            if m is not None:
+                self.raw_t.append(t)
+                self.raw_c.append(int(m.group(1)))
+                self.last = buf
+                self.last_start = start
+                self.last_end = end
+                return
+        self.raw_t.append(t)
+        self.raw_c.append(-1)
+        self.odd.append(buf[start:end])
+
+    def raw_size(self) -> int:
+        return 16 * len(self.raw_t) + len(self.last) + sum(len(p) for p in self.odd)
+
+    def seal(self) -> None:
+        if self.last_start or self.last_end != len(self.last):
+            self.last = self.last[self.last_start : self.last_end]  # one copy per request
+            self.last_start, self.last_end = 0, len(self.last)
+
+    def reset_raw(self) -> None:
+        super().reset_raw()
+        self.raw_c = array("q")
+        self.odd = []
+        self.last = b""
+        self.last_start = self.last_end = 0
 
     def analyse(self) -> None:
-        if self.events and len(self.events[0]) == 3 and self.events[0][1] == b"FULL":
-            self._full_body(self.events[0][2], self.events[0][0])
-            self.events = []
+        if self.full is not None:
+            self._full_body(self.full[1], self.full[0])
+            self.reset_raw()
             return
         prev = 0
         times, toks = [], []
-        for ev in self.events:
-            if ev[1] < 0:
-                p = ev[2]
+        odd = iter(self.odd)
+        for t, c in zip(self.raw_t, self.raw_c, strict=True):
+            if c < 0:
+                p = next(odd)
                 try:
                     obj = _loads(p)
                 except ValueError:
@@ -202,20 +262,20 @@ class NativeReq(Req):
                     self._set_error("server_error", f"server error event: {str(msg)[:300]}")
                     break
                 if isinstance(obj, dict) and obj.get("text"):  # no meta_info counts: one token/event
-                    times.append(ev[0])
+                    times.append(t)
                     toks.append(1)
                 continue
-            n = ev[1] - prev
+            n = c - prev
             if n > 0:
-                times.append(ev[0])
+                times.append(t)
                 toks.append(n)
-                prev = ev[1]
+                prev = c
         self.ev_times = times
         self.event_tokens = toks
         self.output_tokens = sum(toks)
         if self.last:
             try:
-                meta = _loads(self.last).get("meta_info") or {}
+                meta = _loads(self.last[self.last_start : self.last_end]).get("meta_info") or {}
             except (ValueError, AttributeError):
                 meta = {}
             if meta.get("completion_tokens") is not None:
@@ -228,33 +288,41 @@ class NativeReq(Req):
             fr = meta.get("finish_reason")
             if isinstance(fr, dict) and fr.get("type") == "abort":
                 self._set_error("server_error", f"request aborted by server: {fr.get('message', '')}"[:300])
-        self.events = []
-        self.last = b""
+        self.reset_raw()
         self._check_nonempty()
 
 
 class OAIReq(Req):
     """OpenAI ``/v1/completions`` and ``/v1/chat/completions`` streams (one JSON per event)."""
 
-    __slots__ = ("chat",)
+    __slots__ = ("chat", "raw_p")
 
     def __init__(self, *a, chat: bool = False) -> None:
         super().__init__(*a)
         self.chat = chat
+        self.raw_p: list[bytes] = []  # stored payloads (small and constant-size), decoded later
 
-    def on_event(self, t: int, payload: bytes) -> None:
-        self.events.append((t, payload))
+    def on_event(self, t: int, buf: bytes, start: int, end: int) -> None:
+        self.raw_t.append(t)
+        self.raw_p.append(buf[start:end])
+
+    def raw_size(self) -> int:
+        return 8 * len(self.raw_t) + sum(len(p) for p in self.raw_p)
+
+    def reset_raw(self) -> None:
+        super().reset_raw()
+        self.raw_p = []
 
     def analyse(self) -> None:
-        if self.events and len(self.events[0]) == 3:
-            self._full_body(self.events[0][2], self.events[0][0])
-            self.events = []
+        if self.full is not None:
+            self._full_body(self.full[1], self.full[0])
+            self.reset_raw()
             return
         prev_ct = 0
         usage = None
         times, toks = [], []
         chat = self.chat
-        for t, p in self.events:
+        for t, p in zip(self.raw_t, self.raw_p, strict=True):
             try:
                 obj = _loads(p)
             except ValueError:
@@ -304,7 +372,7 @@ class OAIReq(Req):
             det = usage.get("prompt_tokens_details") or {}
             if isinstance(det, dict) and det.get("cached_tokens") is not None:
                 self.cached_tokens = int(det["cached_tokens"])
-        self.events = []
+        self.reset_raw()
         self._check_nonempty()
 
 

@@ -7,9 +7,11 @@ possible when bytes arrive: one ``perf_counter_ns`` call first, then de-chunking
 ``bytes.find``; JSON decoding is left to the backend (usually after the request is finished).
 
 One ``Conn`` carries one request at a time (keep-alive, no pipelining). A request object (see
-``worker.Req``) is handed over with ``send``; the connection calls ``req.on_event(t_ns, payload)``
-for each complete SSE ``data:`` payload, and ``owner.request_done(conn, req)`` once the response is
-over (or failed; ``req.error_class``/``req.error`` are set then).
+``worker.Req``) is handed over with ``send``; the connection calls
+``req.on_event(t_ns, buf, start, end)`` for each complete SSE ``data:`` payload ``buf[start:end]``
+(bounds, not a copy: native SGLang events grow with the output), and
+``owner.request_done(conn, req)`` once the response is over (or failed; ``req.error_class``/
+``req.error`` are set then).
 """
 
 from __future__ import annotations
@@ -150,39 +152,24 @@ class Conn(asyncio.Protocol):
         self.got_bytes = True
         if req.first_byte_ns == 0:
             req.first_byte_ns = t
-        if self._state == _CHUNK_SIZE and self._is_sse and not self._buf and not self._sbuf:
-            # fast path (the common case): whole chunks, each one whole single-line event
-            pos = 0
-            n = len(data)
-            while pos < n:
-                le = data.find(b"\r\n", pos)
-                if le < 0 or le - pos > 8:
-                    break
-                try:
-                    size = int(data[pos:le], 16)
-                except ValueError:
-                    break
-                end = le + 2 + size
-                if (
-                    size < 8
-                    or end + 2 > n
-                    or data[end - 2 : end + 2] != b"\n\n\r\n"
-                    or data[le + 2 : le + 8] != b"data: "
-                ):
-                    break
-                payload = data[le + 8 : end - 2]
-                if b"\n" in payload or b"\r" in payload:
-                    break
-                pos = end + 2
-                if payload == b"[DONE]":
-                    req.done_seen = True
-                else:
-                    req.on_event(t, payload)
-            if pos:
-                if pos == n:
-                    return
-                data = data[pos:]
         try:
+            if self._is_sse and not self._buf:
+                pos = 0
+                if self._state == _CHUNK_DATA:
+                    # the rest of a chunk a previous read cut: finish it, then back to the fast path
+                    rem = self._rem
+                    if len(data) < rem + 2 or not data.startswith(b"\r\n", rem):
+                        self._feed(data, t)
+                        return
+                    self._body(data[:rem], t)
+                    self._state = _CHUNK_SIZE
+                    pos = rem + 2
+                if self._state == _CHUNK_SIZE and not self._sbuf:
+                    pos = self._fast(data, pos, t, req)
+                if pos:
+                    if pos == len(data):
+                        return
+                    data = data[pos:]
             self._feed(data, t)
         except ValueError as exc:  # malformed HTTP framing
             if req.error_class is None:
@@ -190,6 +177,39 @@ class Conn(asyncio.Protocol):
                 req.error = f"malformed HTTP response: {exc}"
             self._close_after = True
             self._finish()
+
+    @staticmethod
+    def _fast(data: bytes, pos: int, t: int, req) -> int:
+        """The common case, done without copies: whole chunks from ``pos`` on, each one whole
+        single-line ``data:`` event. Returns where it stopped (the rest goes to the full parser)."""
+        n = len(data)
+        find = data.find
+        startswith = data.startswith
+        on_event = req.on_event
+        while pos < n:
+            le = find(b"\r\n", pos, pos + 10)
+            if le < 0:
+                break
+            try:
+                size = int(data[pos:le], 16)
+            except ValueError:
+                break
+            start = le + 8  # after "data: "
+            end = le + size  # before the closing "\n\n"
+            if (
+                size < 8
+                or end + 4 > n
+                or not startswith(b"\n\n\r\n", end)
+                or not startswith(b"data: ", le + 2)
+                or find(b"\n", start, end) >= 0  # a multi-line event (a lone CR is no line end
+            ):  # here either: the full parser only folds CRLF, so it would give the same payload)
+                break
+            pos = end + 4
+            if end - start == 6 and startswith(b"[DONE]", start):
+                req.done_seen = True
+            else:
+                on_event(t, data, start, end)
+        return pos
 
     def _feed(self, data: bytes, t: int) -> None:
         state = self._state
@@ -323,19 +343,23 @@ class Conn(asyncio.Protocol):
             end = sbuf.find(b"\n\n", start)
             if end < 0:
                 break
-            block = sbuf[start:end]
+            bstart = start
             start = end + 2
-            if block.startswith(b"data: ") and b"\n" not in block:
-                payload = block[6:]
-            else:
-                datas = [ln[5:].removeprefix(b" ") for ln in block.split(b"\n") if ln.startswith(b"data:")]
-                if not datas:
-                    continue  # comment / event: / id: lines only
-                payload = b"\n".join(datas)
+            if sbuf.startswith(b"data: ", bstart) and sbuf.find(b"\n", bstart, end) < 0:
+                if end - bstart == 12 and sbuf.startswith(b"[DONE]", bstart + 6):
+                    req.done_seen = True
+                else:
+                    req.on_event(t, sbuf, bstart + 6, end)
+                continue
+            block = sbuf[bstart:end]
+            datas = [ln[5:].removeprefix(b" ") for ln in block.split(b"\n") if ln.startswith(b"data:")]
+            if not datas:
+                continue  # comment / event: / id: lines only
+            payload = b"\n".join(datas)
             if payload == b"[DONE]":
                 req.done_seen = True
                 continue
-            req.on_event(t, payload)
+            req.on_event(t, payload, 0, len(payload))
         self._sbuf = sbuf[start:] if start < len(sbuf) else b""
 
     def _finish(self) -> None:
@@ -361,7 +385,7 @@ class Conn(asyncio.Protocol):
                     if p == b"[DONE]":
                         req.done_seen = True
                     else:
-                        req.on_event(req.end_ns, p)
+                        req.on_event(req.end_ns, p, 0, len(p))
         self.body_parts = []
         keep = not (self._close_after or self.closed or req.error_class in ("timeout", "cancelled"))
         if not keep and not self.closed:

@@ -199,14 +199,15 @@ class Worker:
         self.inflight_reqs.discard(req)
         if conn is not None and not conn.closed:
             self.idle.append(conn)
+        req.seal()
         if self.parse_now:
             req.analyse()
         else:
-            self.raw_bytes += 300 * len(req.events)
+            self.raw_bytes += req.raw_size()
             if self.raw_bytes > RAW_EVENT_BUDGET:
                 self.parse_now = True
                 for r in self.finished:
-                    if r.events:
+                    if r.has_raw():
                         r.analyse()
                 req.analyse()
         self.finished.append(req)
@@ -219,7 +220,7 @@ class Worker:
     def _retry(self, req: Req) -> None:
         req.retried = True
         req.error_class = req.error = req.http_status = None
-        req.events = []
+        req.reset_raw()
         req.first_byte_ns = req.header_ns = req.end_ns = 0
         req.conn = None
         idle = self.idle
@@ -306,7 +307,7 @@ class Worker:
             if gc_was:
                 gc.enable()
         for r in self.finished:
-            if r.events:
+            if r.has_raw():
                 r.analyse()
         recs = [record_of(r) for r in self.finished]
         self.finished = []
