@@ -17,6 +17,16 @@ import orjson
 from analysis.errors import InputError
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+# mkstemp creates 0600 files; results are meant to be read by the whole team, as plain writes would be.
+_PUBLIC_MODE = 0o666 & ~_umask()
+
+
 def write_bytes(path: str | Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (creating parent directories)."""
     path = Path(path)
@@ -27,6 +37,7 @@ def write_bytes(path: str | Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _PUBLIC_MODE)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -280,3 +280,14 @@ def test_cli_exit_codes_as_a_process(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "expected an integer > 0" in bad.stderr
+
+
+def test_atomic_writes_are_readable_like_plain_files(tmp_path):
+    """mkstemp's 0600 must not leak into results: reviewers on the box read report.md and meta.json."""
+    from analysis import atomic
+
+    target = tmp_path / "meta.json"
+    atomic.write_json(target, {"a": 1})
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert (target.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777)
