@@ -90,12 +90,28 @@ def test_full_map_subset_with_mixed(run_env: dict) -> None:
     assert any(e.get("event") == "runner_on_ok" and e["event_data"].get("duration") for e in r.events)
 
 
-def test_tags_mixed_runs_only_the_ab(run_env: dict) -> None:
-    res = run_cli(dict(run_env["extravars"], run_id="ab"), "--tags", "mixed")
+def test_tags_mixed_runs_only_the_ab_and_a_background_that_ends_first_is_no_success(run_env: dict) -> None:
+    """`--tags mixed` runs only the A/B (around preflight, serve, stop, report). Its background here is
+    far too short for the injection: the repetition must be recorded as
+    BACKGROUND_FINISHED_BEFORE_INJECTION, never as a success (the full-map test covers a real overlap)."""
+    ev = dict(
+        run_env["extravars"],
+        run_id="ab",
+        mixed_decode={"isl": 128, "osl": 16, "concurrency": 4, "num_prompts": 8, "warmup": 1},
+        mixed_injection_delay_s=2,
+    )
+    res = run_cli(ev, "--tags", "mixed")
     run_dir = run_env["results"] / "ab"
     assert res.rc == 0, res.output[-3000:]
     assert not (run_dir / "cases").exists()
-    assert (run_dir / "mixed/rep1/decode_background/bench.json").is_file()
+    assert _meta(run_dir, "mixed/rep1/control")["status"] == "completed"
+    for role in ("decode_background", "prefill_injection"):
+        meta = _meta(run_dir, f"mixed/rep1/{role}")
+        assert meta["status"] == "failed" and meta["error_type"] == "BACKGROUND_FINISHED_BEFORE_INJECTION", (
+            meta
+        )
+    assert not (run_dir / "mixed/rep1/prefill_injection/bench.json").exists(), "the injection was sent"
+    assert read_json(run_dir / "manifest.json")["status"] == "partial"
     assert (run_dir / "report.md").is_file()
     assert f"Report: {run_dir}/report.md" in res.stdout
     _assert_server_stopped(run_env["results"], run_env["port"])
