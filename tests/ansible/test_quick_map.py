@@ -127,6 +127,19 @@ def test_check_mode_starts_nothing_and_writes_only_the_plan(run_env: dict) -> No
     assert "mixed/rep1/prefill_injection" in plan and "--random-input-len 131072" in plan
     assert "setsid nohup" in res.stdout and "--max-concurrency 1" in res.stdout
     assert not port_listening(run_env["port"])
+    # Every run starts on an empty prefix cache, except the injection, which lands mid-background.
+    client_lines = {
+        section.split("\n", 1)[0]: next(line for line in section.splitlines() if "loadgen.pyz" in line)
+        for section in plan.split("== client: ")[1:]
+    }
+    assert set(client_lines) == {
+        "cases/short_decode_c1/rep1",
+        "mixed/rep1/control",
+        "mixed/rep1/decode_background",
+        "mixed/rep1/prefill_injection",
+    }
+    for where, line in client_lines.items():
+        assert ("--flush-cache" in line) == (where != "mixed/rep1/prefill_injection"), where
 
 
 def test_case_timeout_is_classified_and_the_run_continues(run_env: dict) -> None:
