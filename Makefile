@@ -41,10 +41,14 @@ lint: $(STAMP)
 test: $(STAMP) system-deps zipapp lint
 	$(VENV)/bin/pytest -q -ra
 
+# Speed and accuracy targets live here, not in timed tests. Run on a quiet box; each prints medians.
 bench: $(STAMP) zipapp
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) benchmarks/bench_analysis.py
 	$(PY) benchmarks/bench_enginesim.py
 	$(PY) benchmarks/bench_loadgen.py
+	$(PY) benchmarks/bench_orchestration.py
+	$(PY) benchmarks/bench_rig_orchestration.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache
