@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("case_dir")
     s.add_argument("--expect-requests", type=_positive_int, default=None)
 
+    s = sub.add_parser("check-overlap", help="A/B proof: the injection landed in the background's main phase")
+    s.add_argument("rep_dir", help="mixed/rep<N> (holds decode_background/ and prefill_injection/)")
+
     s = sub.add_parser("summarize", help="summary.csv/jsonl, aggregate.csv, report.md, plots/")
     s.add_argument("run_dir")
     return p
@@ -143,7 +146,11 @@ def _run(args: argparse.Namespace) -> int:
     if cmd == "complete-manifest":
         print(state.complete_manifest(args.run_dir, args.status))
         return 0
-    if cmd == "check-bench":
+    if cmd == "check-overlap":
+        from analysis.overlap import check_overlap
+
+        code, msg = check_overlap(args.rep_dir)
+    elif cmd == "check-bench":
         code, msg = state.check_bench(args.file, args.expect_requests, args.expect_output_len)
     elif cmd == "case-done":
         code, msg = state.case_done(args.case_dir, args.expect_requests)

@@ -16,8 +16,9 @@ from .runner import base_extravars, free_port, pid_alive, zipapp_path
 # Small and fast, but every phase real: enginesim at 1/50 of real time, a short A/B.
 FAST: dict[str, Any] = {
     "engine_env": {"ENGINESIM_TIME_SCALE": "0.02"},
-    "mixed_decode": {"isl": 512, "osl": 1024, "concurrency": 32, "num_prompts": 384, "warmup": 1},
-    "mixed_injection_delay_s": 1,
+    # Main phase ~5 s on a busy 2-core box: the injection (delay + ~1-2 s of Ansible) must land inside it.
+    "mixed_decode": {"isl": 512, "osl": 1024, "concurrency": 32, "num_prompts": 768, "warmup": 1},
+    "mixed_injection_delay_s": 0.5,
     "engine_start_timeout_s": 60,
 }
 

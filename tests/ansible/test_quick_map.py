@@ -86,6 +86,11 @@ def test_full_map_subset_with_mixed(run_env: dict) -> None:
     assert read_json(server / "localhost_nccl_gate.json")["passed"] is True
     assert (run_dir / "report.md").is_file() and (run_dir / "summary.csv").is_file()
     _assert_server_stopped(run_env["results"], run_env["port"])
+    # run.log: the orchestration record, from the first play to the recap, kept in the run dir.
+    run_log = (run_dir / "run.log").read_text().splitlines()
+    assert run_log[0].split()[1] == "START" and run_log[-1].split()[1] == "RECAP", run_log[:3]
+    assert any("Engine | run the server command" in line for line in run_log)
+    assert not any(line.split()[1] == "FAILED" for line in run_log)
     # The overhead figure is computed from these events: they must carry per-task timing.
     assert any(e.get("event") == "runner_on_ok" and e["event_data"].get("duration") for e in r.events)
 
