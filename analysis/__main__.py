@@ -12,16 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from analysis.errors import InputError
-
-_ERROR_TYPES = (
-    "TIMEOUT",
-    "OOM",
-    "SERVER_DEAD",
-    "TRANSPORT_ERROR",
-    "BENCH_FAILED",
-    "BACKGROUND_FINISHED_BEFORE_INJECTION",
-    "GATE_FAILED",
-)
+from analysis.vocabulary import ERROR_TYPES, RUN_STATUSES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("mark-case-failed", help="set status failed with an error type")
     s.add_argument("case_dir")
-    s.add_argument("--error-type", required=True, choices=_ERROR_TYPES)
+    s.add_argument("--error-type", required=True, choices=ERROR_TYPES)
     s.add_argument("--reason", default=None)
 
     s = sub.add_parser("classify-failure", help="print the error type of a failed case")
@@ -73,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("complete-manifest", help="record end time, status and case counts")
     s.add_argument("run_dir")
-    s.add_argument("--status", required=True, choices=("completed", "failed", "partial", "interrupted"))
+    s.add_argument("--status", required=True, choices=RUN_STATUSES)
 
     s = sub.add_parser("check-bench", help="exit 0 only if the result file shows N completed requests")
     s.add_argument("file")

@@ -20,17 +20,6 @@ from analysis.errors import InputError
 from analysis.formats import as_int, counts, detect_format
 from analysis.rawload import Loaded, load_result, load_sglang_summary
 
-STATUSES = ("planned", "running", "completed", "failed")
-ERROR_TYPES = (
-    "TIMEOUT",
-    "OOM",
-    "SERVER_DEAD",
-    "TRANSPORT_ERROR",
-    "BENCH_FAILED",
-    "BACKGROUND_FINISHED_BEFORE_INJECTION",
-    "GATE_FAILED",
-)
-RUN_STATUSES = ("completed", "failed", "partial", "interrupted")
 _RESERVED = {"status", "history"}
 _INT_KEYS = {"rep", "isl", "osl", "concurrency", "num_prompts", "warmup"}
 _FLOAT_KEYS = {"injection_sent_epoch_s", "background_main_started_epoch_s"}
