@@ -231,8 +231,13 @@ def test_achieved_rate_within_2pct_over_2000_requests(lg):
     assert cp.returncode == 0, cp.stderr
     assert res["completed"] == 2000
     assert abs(res["achieved_request_rate"] - 800) / 800 < 0.02
-    server_rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
-    assert abs(server_rate - 800) / 800 < 0.02, server_rate
+    # The server's clock must see the same pacing: over the middle 80% of the run the arrivals span
+    # the scheduled span (no drift). The ends are left out because a loaded box can delay the very
+    # first send (reported as schedule lag), which says nothing about the rate.
+    scheduled = sorted(r["scheduled_s"] for r in res["requests"])
+    lo, hi = len(arrivals) // 10, len(arrivals) * 9 // 10
+    pace = (arrivals[hi] - arrivals[lo]) / (scheduled[hi] - scheduled[lo])
+    assert abs(pace - 1) < 0.02, pace
 
 
 @pytest.mark.parametrize(
