@@ -52,6 +52,18 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _emulation_note(manifest: dict[str, Any]) -> list[str]:
+    """An emulated run must never pass for a GPU measurement: say so, with its time scale."""
+    env = manifest.get("engine_env")
+    if not isinstance(env, dict) or not any(str(k).startswith("ENGINESIM_") for k in env):
+        return []
+    scale = env.get("ENGINESIM_TIME_SCALE", "1.0")
+    return [
+        f"- **emulated engine (enginesim), time scale {scale}**: every latency and throughput here is "
+        f"the emulated hardware's figure times {scale} (throughput divided by it), not a GPU measurement"
+    ]
+
+
 def render(
     run_dir: Path,
     manifest: dict[str, Any],
@@ -82,9 +94,15 @@ def render(
     ]
     if not tv:
         info.pop()
+    flags = manifest.get("engine_flags")
+    info.insert(2, ("engine flags", f"`{flags}`" if flags else None))
+    nccl = manifest.get("nccl_env")
+    if isinstance(nccl, dict) and nccl:
+        info.insert(3, ("NCCL env", ", ".join(f"`{k}={v}`" for k, v in sorted(nccl.items()))))
     if not manifest:
         L.append("_No manifest.json in this run directory: provenance unknown._")
     L += [f"- {k}: {v}" for k, v in info if v is not None]
+    L += _emulation_note(manifest)
     reasons = manifest.get("abort_reasons")
     if isinstance(reasons, list) and reasons:
         L.append("- **run stopped early**: " + "; ".join(map(str, reasons)))

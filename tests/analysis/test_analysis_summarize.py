@@ -245,3 +245,24 @@ def test_a_plot_failing_in_the_child_is_an_error(tmp_path: Path, monkeypatch: py
     with pytest.raises(RuntimeError, match=r"latency_p95\.png"):
         mod.summarize(run)
     assert not (run / "report.md").exists()
+
+
+@pytest.mark.parametrize("engine_env", [{"ENGINESIM_TIME_SCALE": "0.02"}, {}], ids=["enginesim", "gpu"])
+def test_report_never_lets_an_emulated_run_pass_for_a_gpu_measurement(
+    tmp_path: Path, cli, engine_env: dict
+) -> None:
+    run = tmp_path / "stopped"
+    run.mkdir()
+    manifest = {
+        "status": "failed",
+        "engine_flags": "--model-path m --tp-size 16",
+        "engine_env": engine_env,
+        "nccl_env": {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_3:1"},
+    }
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = cli("summarize", run)
+    assert code == 0, err
+    text = (run / "report.md").read_text()
+    assert "- engine flags: `--model-path m --tp-size 16`" in text
+    assert "- NCCL env: `NCCL_IB_HCA==mlx5_0:1,mlx5_3:1`" in text
+    assert ("emulated engine (enginesim), time scale 0.02" in text) == bool(engine_env)

@@ -55,6 +55,8 @@ def test_full_map_subset_with_mixed(run_env: dict) -> None:
     assert manifest["case_counts"]["completed"] == 5
     assert manifest["inventory"] == "local" and manifest["nnodes"] == 1
     assert "--enable-metrics" in manifest["engine_flags"]
+    assert manifest["engine_env"] == {"ENGINESIM_TIME_SCALE": "0.02"}
+    assert "emulated engine (enginesim), time scale 0.02" in (run_dir / "report.md").read_text()
 
     for case in ("cold_prefill_4k", "short_decode_c1"):
         d = run_dir / "cases" / case / "rep1"
