@@ -6,35 +6,12 @@ import json
 import random
 
 import pytest
+from lg_conn_fakes import FakeOwner as _Owner
+from lg_conn_fakes import FakeTransport as _Transport
+from lg_conn_fakes import chunk as _chunk
 
 from loadgen.backends import make_req
 from loadgen.httpconn import Conn
-
-
-class _Owner:
-    def __init__(self) -> None:
-        self.done = []
-
-    def request_done(self, conn, req) -> None:
-        self.done.append(req)
-
-    def conn_closed(self, conn) -> None:
-        pass
-
-
-class _Transport:
-    def write(self, data) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-
-def _chunk(b: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(b), b)
 
 
 def _stream(n: int) -> bytes:

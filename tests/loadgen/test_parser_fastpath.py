@@ -11,38 +11,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from lg_conn_fakes import FakeOwner as _Owner
+from lg_conn_fakes import FakeTransport as _Transport
+from lg_conn_fakes import chunk as _chunk
 
 from loadgen.backends import make_req
 from loadgen.httpconn import Conn
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 END = b"0\r\n\r\n"
-
-
-class _Owner:
-    def __init__(self) -> None:
-        self.done = []
-
-    def request_done(self, conn, req) -> None:
-        self.done.append(req)
-
-    def conn_closed(self, conn) -> None:
-        pass
-
-
-class _Transport:
-    def write(self, data) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-
-def _chunk(b: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(b), b)
 
 
 def _native(ct: int, text: str, last: bool = False, spaced: bool = False) -> bytes:
