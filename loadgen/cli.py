@@ -167,10 +167,24 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.num_prompts = 1000
 
 
-def auto_workers(cap: int | None, n: int) -> int:
-    """One worker per 128 concurrent streams, at most one per CPU (benchmarks/bench_loadgen.py)."""
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def auto_workers(cap: int | None, n: int, cpus: int | None = None) -> int:
+    """One worker per 128 concurrent streams, leaving one CPU to the server and the OS.
+
+    On a 2-core box shared with the server, a second worker measured worse on every target
+    (benchmarks/bench_loadgen.py, loadgen-w1 vs loadgen: ITL p99 at C=256 +0.73 vs +0.99 ms, ingest
+    105k vs 99k tok/s): it competes with the server for the core the events come from.
+    """
     conc = cap if cap is not None else n
-    return max(1, min(os.cpu_count() or 1, math.ceil(conc / 128)))
+    spare = max(1, (usable_cpus() if cpus is None else cpus) - 1)
+    return max(1, min(spare, math.ceil(conc / 128)))
 
 
 def write_phase(path: str | None, phase: str) -> None:

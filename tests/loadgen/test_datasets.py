@@ -341,3 +341,14 @@ def test_tokenizer_dir_without_tokenizer_json_falls_back(lg, tmp_path):
 def test_missing_tokenizer_path_is_refused(lg):
     cp, _res = lg(["--tokenizer", "/nonexistent/tok", "--port", "1", "--num-prompts", "1"], out=False)
     assert cp.returncode == 2 and "--tokenizer '/nonexistent/tok': no such directory" in cp.stderr
+
+
+@pytest.mark.parametrize(
+    "cap,cpus,expected",
+    [(1024, 2, 1), (256, 2, 1), (1024, 8, 7), (256, 8, 2), (64, 8, 1), (None, 16, 8), (4096, 1, 1)],
+)
+def test_auto_workers_leave_a_cpu_to_the_server(cap, cpus, expected):
+    """One worker per 128 streams, never more than the usable CPUs minus one (the server's share)."""
+    from loadgen.cli import auto_workers
+
+    assert auto_workers(cap, 1000, cpus=cpus) == expected
