@@ -138,10 +138,12 @@ def write_case(case_dir: str | Path, status: str, fields: dict[str, Any]) -> str
     return _update_meta(Path(case_dir), status, fields, None)
 
 
-def mark_case_failed(case_dir: str | Path, error_type: str, reason: str | None) -> str:
+def mark_case_failed(
+    case_dir: str | Path, error_type: str, reason: str | None, fields: dict[str, Any] | None = None
+) -> str:
     """Status ``failed`` with an error type (also applies to a case that said completed)."""
     return _update_meta(
-        Path(case_dir), "failed", {}, {"error_type": error_type, "reason": reason or error_type}
+        Path(case_dir), "failed", fields or {}, {"error_type": error_type, "reason": reason or error_type}
     )
 
 
@@ -391,17 +393,27 @@ def _healthy(url: str) -> bool:
 
 
 def classify_failure(
-    case_dir: str | Path, server_log: str | Path | None, health_url: str | None, timed_out: bool
+    case_dir: str | Path,
+    server_log: str | Path | None,
+    health_url: str | None,
+    timed_out: bool,
+    server_alive: bool | None = None,
 ) -> tuple[str, str]:
-    """(error type, evidence) from the server log, liveness, the timeout flag and bench.log."""
+    """(error type, evidence) from the server log, liveness, the timeout flag and bench.log.
+
+    ``server_alive`` is a liveness answer already taken elsewhere (the node probes its own server,
+    which the controller may not reach); when given, ``health_url`` only names it in the evidence.
+    """
     case_dir = Path(case_dir)
     server_text = _tail(Path(server_log) if server_log else None)
     bench_text = _tail(case_dir / "bench.log")
     if m := re.search(_OOM, server_text) or re.search(_OOM, bench_text):
         return "OOM", f"log says {m.group(0)!r}"
-    if health_url and not _healthy(health_url):
-        return "SERVER_DEAD", f"{health_url} did not answer 2xx"
-    if not health_url and (m := re.search(_DEAD, server_text)):
+    if server_alive is None and health_url:
+        server_alive = _healthy(health_url)
+    if server_alive is False:
+        return "SERVER_DEAD", f"{health_url or 'the server'} did not answer 2xx"
+    if server_alive is None and (m := re.search(_DEAD, server_text)):
         return "SERVER_DEAD", f"server log says {m.group(0)!r}"
     if timed_out:
         return "TIMEOUT", "the client ran past its timeout"

@@ -3,11 +3,13 @@
 Runs `quick_map.yml` through ansible-runner (enginesim, the real client zipapp, the real roles) and,
 for every case run (fixed cases and the mixed control/injection), computes
 
-    overhead = case wall time (first task start .. last task end of that case, from job events)
-               - the client's own `duration` (main phase, from bench.json)
+    overhead = case wall time - the client's own `duration` (main phase, from bench.json)
 
+A case is one item of a `bench_case` task. Its wall time runs from the end of the previous item of
+the same task (or, for the first item, the task's start event) to the end of its own item, so the
+per-item work Ansible does between cases (templating, connection, module transfer) is counted too.
 Also printed per case: the client process wall time (bench_cmd.txt start..end, from meta.json), so the
-part that is Ansible (tasks) and the part that is client start-up + warm-up can be told apart, and the
+part that is Ansible and the part that is client start-up + warm-up can be told apart, and the
 full-map wall time. Target: median overhead <= 1.0 s per case.
 
     .venv/bin/python benchmarks/bench_orchestration.py [--case-ids a,b] [--repetitions N] [--keep]
@@ -18,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import re
 import statistics
 import sys
 import tempfile
@@ -29,29 +30,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.ansible.runner import base_extravars, free_port, run_runner, zipapp_path
 
-_REL = re.compile(r"\| ((?:cases|mixed)/\S+)$")
-
 
 def _ts(text: str) -> float:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=dt.UTC).timestamp()
 
 
 def case_windows(events: list[dict]) -> dict[str, tuple[float, float, int]]:
-    """rel -> (first task start, last task end, task count) from runner_on_* events."""
-    out: dict[str, list[float]] = {}
+    """rel -> (window start, window end, items of its task) for every bench_case item."""
+    task_start: dict[str, float] = {}
+    items: dict[str, list[tuple[float, str]]] = {}
     for ev in events:
-        if ev.get("event") not in ("runner_on_ok", "runner_on_failed", "runner_on_skipped"):
-            continue
         data = ev.get("event_data", {})
-        m = _REL.search(data.get("task", ""))
-        if not m or not data.get("start") or not data.get("end"):
+        if data.get("task_action") not in ("bench_case", "quickmap.bench_case"):
             continue
-        rel = m.group(1)
-        w = out.setdefault(rel, [float("inf"), 0.0, 0])
-        w[0] = min(w[0], _ts(data["start"]))
-        w[1] = max(w[1], _ts(data["end"]))
-        w[2] += 1
-    return {k: (v[0], v[1], int(v[2])) for k, v in out.items()}
+        uuid = data.get("task_uuid", "")
+        if ev.get("event") == "playbook_on_task_start":
+            task_start.setdefault(uuid, _ts(ev["created"]))
+        elif ev.get("event") in ("runner_item_on_ok", "runner_item_on_failed"):
+            res = data.get("res", {})
+            if "plugin_ended_epoch_s" in res and (res.get("case") or {}).get("passed") is not None:
+                end = float(res["plugin_ended_epoch_s"])
+                items.setdefault(uuid, []).append((end, res["bench_run"]["rel"]))
+    out: dict[str, tuple[float, float, int]] = {}
+    for uuid, ends in items.items():
+        prev = task_start.get(uuid)
+        for end, rel in sorted(ends):
+            if prev is not None:
+                out[rel] = (prev, end, len(ends))
+            prev = end
+    return out
 
 
 def main() -> int:
@@ -76,7 +83,7 @@ def main() -> int:
     windows = case_windows(list(r.events))
     run_dir = results / "bench"
     rows = []
-    for rel, (start, end, ntasks) in sorted(windows.items(), key=lambda kv: kv[1][0]):
+    for rel, (start, end, nitems) in sorted(windows.items(), key=lambda kv: kv[1][0]):
         case_dir = run_dir / rel
         try:
             bench = json.loads((case_dir / "bench.json").read_text())
@@ -92,12 +99,12 @@ def main() -> int:
             else 0.0
         )
         rows.append(
-            (rel, end - start, client_main, proc, ntasks, end - start - client_main, end - start - proc)
+            (rel, end - start, client_main, proc, nitems, end - start - client_main, end - start - proc)
         )
     if not rows:
         print("no case windows found (did the run fail? see the runner artifacts)")
         return 1
-    head = ("case", "wall s", "client s", "proc s", "tasks", "overhead s", "ansible-only s")
+    head = ("case", "wall s", "client s", "proc s", "items", "overhead s", "ansible-only s")
     print(f"{head[0]:46} {head[1]:>8} {head[2]:>9} {head[3]:>7} {head[4]:>5} {head[5]:>10} {head[6]:>14}")
     for rel, w, c, p, n, ov, ans in rows:
         print(f"{rel:46} {w:8.2f} {c:9.2f} {p:7.2f} {n:5d} {ov:10.2f} {ans:14.2f}")

@@ -152,13 +152,7 @@ short_outputs:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.bench_file import (  # noqa: E402
-    BenchFileError,
-    check,
-    load_result,
-    output_stats,
-    summarize,
-)
+from ansible.module_utils.bench_file import judge_file  # noqa: E402
 
 argument_spec = dict(
     path=dict(type="path", required=True),
@@ -170,9 +164,8 @@ argument_spec = dict(
 
 
 def run(module: AnsibleModule) -> dict:
-    """Load, summarise and judge the file; the result dict has ``passed`` and ``msg``."""
+    """Check the arguments, then load, summarise and judge the file (``passed`` and ``msg``)."""
     p = module.params
-    path = p["path"]
     if p["expect_requests"] < 1:
         module.fail_json(msg=f"bench_result: expect_requests={p['expect_requests']} (rule: >= 1)")
     if p["expect_output_len"] is not None and p["expect_output_len"] < 1:
@@ -181,49 +174,9 @@ def run(module: AnsibleModule) -> dict:
         module.fail_json(
             msg=f"bench_result: min_output_fraction={p['min_output_fraction']} (rule: 0 < f <= 1)"
         )
-    result: dict = {
-        "changed": False,
-        "passed": False,
-        "path": path,
-        "format": None,
-        "reason": None,
-        "output_check": "skipped",
-        "short_outputs": 0,
-    }
-    try:
-        loaded = load_result(path, record=p["record"])
-    except BenchFileError as exc:
-        result.update(reason=exc.reason, msg=f"{path}: {exc}")
-        return result
-    summary = summarize(loaded["obj"], loaded["format"])
-    verdict = check(summary, p["expect_requests"], p["expect_output_len"], p["min_output_fraction"])
-    result.update(
-        format=loaded["format"],
-        layout=loaded["layout"],
-        runs_in_file=loaded["runs_in_file"],
-        line=loaded["line"],
-        completed=summary["completed"],
-        failed=summary["failed"],
-        num_prompts=summary["num_prompts"],
-        complete=summary["complete"],
-        reliable=summary["reliable"],
-        duration=summary["duration"],
-        errors_by_class=summary["errors_by_class"],
-        total_output_tokens=summary["total_output_tokens"],
-        output_tokens=output_stats(summary["output_lens"]),
-        output_check=verdict["output_check"],
-        short_outputs=verdict["short"],
-        reason=verdict["reason"],
+    return judge_file(
+        p["path"], p["expect_requests"], p["expect_output_len"], p["min_output_fraction"], p["record"]
     )
-    if verdict["problem"]:
-        result["msg"] = f"{path}: {verdict['problem']}"
-        return result
-    osl = f", outputs reached OSL {p['expect_output_len']}" if p["expect_output_len"] else ""
-    result["passed"] = True
-    result["msg"] = (
-        f"{path}: {loaded['format']} result, completed {summary['completed']}/{p['expect_requests']}{osl}"
-    )
-    return result
 
 
 def main() -> None:

@@ -280,3 +280,60 @@ def check(
             f"{expect_output_len} (outputs stopped before the OSL; is ignore_eos off?)"
         )
     return out
+
+
+def judge_file(
+    path: str,
+    expect_requests: int,
+    expect_output_len: int | None = None,
+    min_output_fraction: float = 1.0,
+    record: str = "last",
+) -> dict:
+    """The verdict on one result file as a module result: ``passed``, one-line ``msg``, the counts.
+
+    Shared by the ``bench_result`` module (validate a file) and ``bench_case`` (run a case, then
+    validate what it wrote), so both judge a case by the same rules.
+    """
+    result: dict = {
+        "changed": False,
+        "passed": False,
+        "path": path,
+        "format": None,
+        "reason": None,
+        "output_check": "skipped",
+        "short_outputs": 0,
+    }
+    try:
+        loaded = load_result(path, record=record)
+    except BenchFileError as exc:
+        result.update(reason=exc.reason, msg=f"{path}: {exc}")
+        return result
+    summary = summarize(loaded["obj"], loaded["format"])
+    verdict = check(summary, expect_requests, expect_output_len, min_output_fraction)
+    result.update(
+        format=loaded["format"],
+        layout=loaded["layout"],
+        runs_in_file=loaded["runs_in_file"],
+        line=loaded["line"],
+        completed=summary["completed"],
+        failed=summary["failed"],
+        num_prompts=summary["num_prompts"],
+        complete=summary["complete"],
+        reliable=summary["reliable"],
+        duration=summary["duration"],
+        errors_by_class=summary["errors_by_class"],
+        total_output_tokens=summary["total_output_tokens"],
+        output_tokens=output_stats(summary["output_lens"]),
+        output_check=verdict["output_check"],
+        short_outputs=verdict["short"],
+        reason=verdict["reason"],
+    )
+    if verdict["problem"]:
+        result["msg"] = f"{path}: {verdict['problem']}"
+        return result
+    osl = f", outputs reached OSL {expect_output_len}" if expect_output_len else ""
+    result["passed"] = True
+    result["msg"] = (
+        f"{path}: {loaded['format']} result, completed {summary['completed']}/{expect_requests}{osl}"
+    )
+    return result

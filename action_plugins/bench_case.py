@@ -1,0 +1,157 @@
+# Copyright: quickmap contributors
+# Apache-2.0
+"""Action plugin for ``bench_case``: one task = one whole case, controller side and node side.
+
+The module of the same name runs on the node (save bench_cmd.txt, run it under a timeout, judge the
+result file). This plugin wraps it with what belongs to the controller: meta.json (running, then
+completed or failed), the fetch of bench.json from a remote head, and the failure classification
+from the client log, the server log and the node's liveness probe. Doing all of it in one task is
+what keeps Ansible's cost per case low (each task costs a worker fork and, on a remote head, an SSH
+round trip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+try:
+    from analysis import state
+except ImportError:  # running from a checkout whose package is not installed: use the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from analysis import state
+
+_MODULE_ARGS = (
+    "case_dir",
+    "script",
+    "run",
+    "rc",
+    "timeout_s",
+    "kill_after_s",
+    "result_file",
+    "expect_requests",
+    "expect_output_len",
+    "min_output_fraction",
+    "health_url",
+)
+_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "case_dir": {"type": "str", "required": True},
+    "script": {"type": "str"},
+    "run": {"type": "bool", "default": True},
+    "rc": {"type": "int"},
+    "timeout_s": {"type": "int", "required": True},
+    "kill_after_s": {"type": "int", "default": 10},
+    "result_file": {"type": "str", "default": "bench.json"},
+    "expect_requests": {"type": "int", "required": True},
+    "expect_output_len": {"type": "int"},
+    "min_output_fraction": {"type": "float", "default": 1.0},
+    "health_url": {"type": "str", "default": ""},
+    "controller_case_dir": {"type": "str", "required": True},
+    "node_is_controller": {"type": "bool", "default": True},
+    "meta": {"type": "dict", "default": {}},
+    "server_log": {"type": "str", "default": ""},
+    "label": {"type": "str", "default": ""},
+}
+# Module results that are noise in meta.json and the play output.
+_DROP = ("invocation", "_ansible_no_log", "changed", "failed")
+
+
+class ActionModule(ActionBase):
+    """Run one benchmark case: meta(running) -> bench_case module on the node -> fetch -> meta."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp: str | None = None, task_vars: dict | None = None) -> dict:
+        started = time.time()
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=_ARGUMENT_SPEC)
+        label = args["label"] or args["case_dir"]
+        ctrl_dir = Path(args["controller_case_dir"])
+        if self._task.check_mode:
+            result.update(changed=False, msg=f"check mode: case {label} not run")
+            return result
+        # A case that already ran (run=false: a joined background) gets its meta fields at the end.
+        # Plain str/int/... (Ansible hands over tagged str subclasses, which orjson refuses as keys).
+        meta = json.loads(json.dumps(args["meta"]))
+        final_meta = {} if args["run"] else dict(meta)
+        if args["run"]:
+            try:
+                ctrl_dir.mkdir(parents=True, exist_ok=True)
+                state.write_case(ctrl_dir, "running", meta)
+            except (OSError, state.InputError) as exc:
+                raise AnsibleActionFail(f"case {label}: cannot write {ctrl_dir}/meta.json: {exc}") from exc
+
+        module_args = {k: args[k] for k in _MODULE_ARGS if args[k] is not None}
+        ran = self._execute_module(
+            module_name="bench_case", module_args=module_args, task_vars=task_vars or {}
+        )
+        case = {k: v for k, v in ran.items() if k not in _DROP}
+        result["case"] = case
+        result["changed"] = True
+        if ran.get("passed") and not ran.get("failed"):
+            self._bring(args, [args["result_file"]])
+            if "started_at" in ran:
+                final_meta.update(started_at=ran["started_at"], ended_at=ran["ended_at"])
+            state.write_case(ctrl_dir, "completed", final_meta)
+            result["msg"] = ran.get("msg", "")
+        else:
+            result.update(self._record_failure(args, ran, label, final_meta))
+        result["plugin_wall_s"] = round(time.time() - started, 3)
+        result["plugin_ended_epoch_s"] = round(time.time(), 3)
+        return result
+
+    def _bring(self, args: dict, names: list[str]) -> list[str]:
+        """Fetch case files from a remote head into the controller case dir; missing ones are skipped."""
+        if args["node_is_controller"]:
+            return []
+        problems = []
+        for name in names:
+            src = args["server_log"] if name == "server_log" else os.path.join(args["case_dir"], name)
+            dest = "server_log_at_failure.log" if name == "server_log" else name
+            try:
+                self._connection.fetch_file(src, os.path.join(args["controller_case_dir"], dest))
+            except Exception as exc:
+                problems.append(f"{src}: {exc}")
+        return problems
+
+    def _record_failure(self, args: dict, ran: dict, label: str, final_meta: dict) -> dict:
+        """Bring the evidence, classify, mark meta failed; the item fails (the role decides policy)."""
+        missed = self._bring(args, [args["result_file"], "bench.log", "server_log"])
+        ctrl_dir = Path(args["controller_case_dir"])
+        if args["node_is_controller"]:
+            server_log = args["server_log"] or None
+        else:
+            server_log = str(ctrl_dir / "server_log_at_failure.log")
+        if "passed" not in ran:  # the module itself did not run (unreachable host, crash)
+            error_type, evidence = "BENCH_FAILED", "the bench_case module did not return a verdict"
+        else:
+            error_type, evidence = state.classify_failure(
+                ctrl_dir,
+                server_log,
+                args["health_url"] or None,
+                bool(ran.get("timed_out")),
+                server_alive=ran.get("server_alive"),
+            )
+        reason = str(ran.get("msg") or "case failed").splitlines()[0]
+        if "started_at" in ran:
+            final_meta.update(started_at=ran["started_at"], ended_at=ran["ended_at"])
+        state.mark_case_failed(ctrl_dir, error_type, reason, final_meta)
+        return {
+            "failed": True,
+            "msg": f"case {label} failed ({error_type}): {reason} [{evidence}]",
+            "case_failed": {
+                "rel": label,
+                "error_type": error_type,
+                "reason": reason,
+                "evidence": evidence,
+                "evidence_not_fetched": missed,
+            },
+        }

@@ -1,0 +1,238 @@
+"""bench_case: one task runs a case, keeps its command, and judges it by its result file.
+
+Unit tests drive the module's main(); the last tests run the action plugin of the same name inside a
+real ansible-playbook on localhost, which is what the bench role does per case (controller meta.json,
+fetch, classification).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.modules.test_bench_result import loadgen_result
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_BIN = REPO / ".venv" / "bin" / "ansible-playbook"
+
+
+def writer_script(result: dict | None, rc: int = 0, extra: str = "") -> str:
+    """A case script that writes ``result`` as bench.json (the client's job) and exits with ``rc``."""
+    lines = ["#!/usr/bin/env bash", "echo client-log > bench.log", extra]
+    if result is not None:
+        lines.append(f"printf '%s' {shlex.quote(json.dumps(result))} > bench.json")
+    lines.append(f"exit {rc}")
+    return "\n".join(lines) + "\n"
+
+
+def base_args(case_dir: Path, script: str, **extra: object) -> dict:
+    args = {
+        "case_dir": str(case_dir),
+        "script": script,
+        "timeout_s": 30,
+        "expect_requests": 64,
+        "expect_output_len": 128,
+    }
+    args.update(extra)
+    return args
+
+
+def test_good_result_passes_and_the_exact_command_is_kept(run, tmp_path: Path) -> None:
+    script = writer_script(loadgen_result(64, 128))
+    status, res = run("bench_case", base_args(tmp_path, script))
+    assert status == "exit", res["msg"]
+    assert res["passed"] and res["changed"] and res["rc"] == 0 and not res["timed_out"]
+    assert (tmp_path / "bench_cmd.txt").read_text() == script
+    assert res["completed"] == 64 and res["format"] == "loadgen"
+    assert res["started_at"] <= res["ended_at"] and res["wall_s"] >= 0
+
+
+def test_exit_code_zero_with_a_short_result_fails(run, tmp_path: Path) -> None:
+    status, res = run("bench_case", base_args(tmp_path, writer_script(loadgen_result(63, 128))))
+    assert status == "fail"
+    assert res["reason"] == "count" and res["rc"] == 0
+    assert "completed 63 != expected 64" in res["msg"]
+
+
+def test_a_good_result_counts_even_when_the_client_exit_code_is_not_zero(run, tmp_path: Path) -> None:
+    status, res = run("bench_case", base_args(tmp_path, writer_script(loadgen_result(64, 128), rc=3)))
+    assert status == "exit" and res["passed"] and res["rc"] == 3
+
+
+def test_timeout_kills_the_whole_process_group(run, tmp_path: Path) -> None:
+    # The script leaves a grandchild behind; the timeout must end it too.
+    script = "sleep 60 & echo $! > child.pid\nwait\n"
+    t0 = time.monotonic()
+    status, res = run("bench_case", base_args(tmp_path, script, timeout_s=1, kill_after_s=1))
+    assert time.monotonic() - t0 < 20
+    assert status == "fail" and res["timed_out"] and res["rc"] is None
+    assert "ran past its timeout (1 s)" in res["msg"]
+    child = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"child {child} of the timed-out case is still running")
+
+
+def test_timeout_exit_code_of_the_script_counts_as_timed_out(run, tmp_path: Path) -> None:
+    status, res = run("bench_case", base_args(tmp_path, writer_script(None, rc=124)))
+    assert status == "fail" and res["timed_out"] and res["reason"] == "missing"
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def health_url() -> str:
+    server = HTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/health"
+    server.shutdown()
+    server.server_close()
+
+
+def test_failure_probes_the_server_from_the_node(run, tmp_path: Path, health_url: str) -> None:
+    status, res = run("bench_case", base_args(tmp_path, writer_script(None), health_url=health_url))
+    assert status == "fail" and res["server_alive"] is True
+    dead = "http://127.0.0.1:9/health"
+    status, res = run("bench_case", base_args(tmp_path, writer_script(None), health_url=dead))
+    assert status == "fail" and res["server_alive"] is False
+
+
+def test_run_false_judges_without_running(run, tmp_path: Path) -> None:
+    (tmp_path / "bench.json").write_text(json.dumps(loadgen_result(64, 128)))
+    status, res = run("bench_case", base_args(tmp_path, None, run=False, rc=0))
+    assert status == "exit" and res["passed"]
+    assert not (tmp_path / "bench_cmd.txt").exists()
+
+
+def test_check_mode_writes_and_runs_nothing(run, tmp_path: Path) -> None:
+    status, res = run("bench_case", base_args(tmp_path, "touch ran\n"), check_mode=True)
+    assert status == "exit" and not res["changed"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"timeout_s": 0}, "timeout_s=0 (rule: >= 1 second)"),
+        ({"expect_requests": 0}, "expect_requests=0 (rule: >= 1)"),
+        ({"result_file": "../x.json"}, "result_file='../x.json' (rule: a path inside case_dir)"),
+        ({"min_output_fraction": 1.5}, "min_output_fraction=1.5 (rule: 0 < f <= 1)"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_runs(
+    run, tmp_path: Path, extra: dict, needle: str
+) -> None:
+    status, res = run("bench_case", base_args(tmp_path, "touch ran\n", **extra))
+    assert status == "fail" and needle in res["msg"]
+    assert not (tmp_path / "ran").exists()
+
+
+# ------------------------------------------------------------------ the action plugin, in real Ansible
+
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: cases
+      bench_case:
+        label: "{{ item.rel }}"
+        case_dir: "{{ node }}/{{ item.rel }}"
+        controller_case_dir: "{{ ctrl }}/{{ item.rel }}"
+        node_is_controller: false
+        script: "{{ item.script }}"
+        timeout_s: "{{ item.timeout | default(30) }}"
+        kill_after_s: 1
+        expect_requests: 64
+        expect_output_len: 128
+        health_url: "{{ health }}"
+        server_log: "{{ node }}/server.log"
+        meta: {case_id: "{{ item.rel }}", isl: 1024, bench_cmd: "HF_TOKEN=hf_abcdefghijklmnopqrstuv loadgen"}
+      loop: "{{ cases }}"
+      register: out
+      ignore_errors: true
+    - name: keep the results
+      ansible.builtin.copy:
+        content: "{{ out | to_json }}"
+        dest: "{{ ctrl }}/out.json"
+        mode: "0644"
+"""
+
+
+def run_play(tmp_path: Path, cases: list[dict], health: str) -> list[dict]:
+    node, ctrl = tmp_path / "node", tmp_path / "ctrl"
+    for c in cases:
+        (node / c["rel"]).mkdir(parents=True)
+    (node / "server.log").write_text("server up\n")
+    ctrl.mkdir()
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "vars.json").write_text(
+        json.dumps({"node": str(node), "ctrl": str(ctrl), "cases": cases, "health": health})
+    )
+    env = dict(os.environ, LC_ALL="C.UTF-8", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env["ANSIBLE_HOME"] = str(tmp_path / "ansible_home")
+    argv = [str(PLAYBOOK_BIN), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")]
+    argv += ["-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{tmp_path / 'vars.json'}"]
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads((ctrl / "out.json").read_text())["results"]
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason=f"{PLAYBOOK_BIN} not installed (make venv)")
+def test_action_records_meta_fetches_and_classifies(tmp_path: Path, health_url: str) -> None:
+    cases = [
+        {"rel": "good", "script": writer_script(loadgen_result(64, 128))},
+        {"rel": "short", "script": writer_script(loadgen_result(64, 100))},
+        {"rel": "slow", "script": "sleep 30\n", "timeout": 1},
+    ]
+    results = run_play(tmp_path, cases, health_url)
+    ctrl = tmp_path / "ctrl"
+    good = json.loads((ctrl / "good" / "meta.json").read_text())
+    assert good["status"] == "completed" and good["isl"] == 1024
+    assert [h["status"] for h in good["history"]] == ["running", "completed"]
+    assert "hf_abcdefghijklmnopqrstuv" not in json.dumps(good)  # secrets never land in meta
+    assert good["started_at"] < good["ended_at"]
+    # a remote head: the result file was brought to the controller
+    assert json.loads((ctrl / "good" / "bench.json").read_text())["completed"] == 64
+    assert not results[0].get("failed")
+
+    short = json.loads((ctrl / "short" / "meta.json").read_text())
+    assert short["status"] == "failed" and short["error_type"] == "BENCH_FAILED"
+    assert "have fewer than 128 output tokens" in short["reason"]
+    assert results[1]["failed"] and results[1]["case_failed"]["error_type"] == "BENCH_FAILED"
+    # the evidence of a failure is on the controller
+    assert (ctrl / "short" / "bench.log").read_text() == "client-log\n"
+    assert (ctrl / "short" / "server_log_at_failure.log").read_text() == "server up\n"
+
+    slow = json.loads((ctrl / "slow" / "meta.json").read_text())
+    assert slow["status"] == "failed" and slow["error_type"] == "TIMEOUT"
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason=f"{PLAYBOOK_BIN} not installed (make venv)")
+def test_action_calls_a_dead_server_dead(tmp_path: Path) -> None:
+    results = run_play(tmp_path, [{"rel": "c", "script": writer_script(None)}], "http://127.0.0.1:9/health")
+    meta = json.loads((tmp_path / "ctrl" / "c" / "meta.json").read_text())
+    assert meta["error_type"] == "SERVER_DEAD"
+    assert results[0]["case_failed"]["error_type"] == "SERVER_DEAD"
