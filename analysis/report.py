@@ -64,6 +64,17 @@ def _emulation_note(manifest: dict[str, Any]) -> list[str]:
     ]
 
 
+def _engine(manifest: dict[str, Any]) -> str | None:
+    """Which engine served the run (sglang | vllm), how it ran, and the command its flags follow: the
+    flags line alone does not say whether they went to SGLang or vLLM."""
+    engine = manifest.get("engine")
+    if not engine:
+        return None
+    txt = f"{engine} ({manifest.get('engine_runtime') or 'unknown'} runtime)"
+    cmd = manifest.get("engine_command")
+    return f"{txt}, command `{cmd}`" if cmd else txt
+
+
 def render(
     run_dir: Path,
     manifest: dict[str, Any],
@@ -78,6 +89,7 @@ def render(
     tv = manifest.get("tool_versions") or {}
     info = [
         ("model", manifest.get("model")),
+        ("engine", _engine(manifest)),
         (
             "engine image",
             tv.get("engine_image")
@@ -95,10 +107,10 @@ def render(
     if not tv:
         info.pop()
     flags = manifest.get("engine_flags")
-    info.insert(2, ("engine flags", f"`{flags}`" if flags else None))
+    info.insert(3, ("engine flags", f"`{flags}`" if flags else None))
     nccl = manifest.get("nccl_env")
     if isinstance(nccl, dict) and nccl:
-        info.insert(3, ("NCCL env", ", ".join(f"`{k}={v}`" for k, v in sorted(nccl.items()))))
+        info.insert(4, ("NCCL env", ", ".join(f"`{k}={v}`" for k, v in sorted(nccl.items()))))
     if not manifest:
         L.append("_No manifest.json in this run directory: provenance unknown._")
     L += [f"- {k}: {v}" for k, v in info if v is not None]
