@@ -179,7 +179,8 @@ _STDOUT_TAIL_BYTES = 4096
 
 
 def _utc_now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    # dt.UTC is 3.11+; module code runs on the nodes' python (3.8+)
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"  # noqa: UP017
 
 
 def _healthy(url: str) -> bool:
