@@ -14,13 +14,36 @@ first, closed loop at the concurrency, perf_counter_ns per received chunk). With
 the clients ``base`` and ``base-wN`` run that copy: an A/B of two versions in the same session, on
 the same box load (alternate them in ``--clients`` and compare medians of ratios).
 
+``sglang``: SGLang's own benchmark client (``sglang.benchmark.serving``, the code behind
+``python -m sglang.bench_serving``), run from an unpacked SGLang wheel without torch, so the max-ingest
+target ("at least the SGLang client's figure on the same box") is checked side by side in one run
+(a line per rep with the loadgen/sglang ratio of what the server sent, and their median). It needs
+``--sglang-src DIR`` (or env ``SGLANG_BENCH_SRC``): a directory holding the unpacked ``sglang`` package,
+and ``--sglang-python PY`` (or env ``SGLANG_BENCH_PYTHON``; default this interpreter): a Python with the
+client's light dependencies. Nothing of SGLang is in this repo; set it up once, e.g.::
+
+    python -m venv /tmp/sgl/venv && /tmp/sgl/venv/bin/pip install aiohttp msgspec numpy orjson \
+        requests tqdm transformers tokenizers psutil pyzmq pybase64 pillow datasets
+    pip download sglang==0.5.23 --no-deps -d /tmp/sgl && unzip -q /tmp/sgl/sglang-0.5.23-*.whl \
+        'sglang/*' -d /tmp/sgl/src
+    python benchmarks/bench_loadgen.py --clients loadgen,sglang --conc 1 --reps 3 \
+        --sglang-src /tmp/sgl/src --sglang-python /tmp/sgl/venv/bin/python
+
+The package's ``__init__`` files (they import torch) are bypassed: bare package modules point into
+DIR, and the one torch-importing module the client takes a constant from
+(``sglang.srt.disaggregation.utils.FAKE_BOOTSTRAP_HOST``, used only for PD disaggregation) is
+replaced by that constant; the client's own code runs unchanged. Its flags: ``--backend sglang
+--dataset-name random-ids`` (random token ids, no ShareGPT download), same lengths, requests and
+concurrency as loadgen, its default one warm-up request (32 tokens; dropped from the truth). Without
+``--sglang-src`` the ``sglang`` client is skipped and the run says so.
+
 ``--parse-only``: no server; time loadgen's receive path alone (``Conn.on_data`` + the backend's
 ``on_event``, then ``analyse``) on synthetic streams of 512 events — SGLang native (cumulative text,
 like refserver) and OpenAI completions — delivered one event per read and in 64 KiB reads. Prints
 CPU ns per event (best of 9, thread CPU time) for this tree and, with ``--base-src``, for the other copy.
 
-usage: python benchmarks/bench_loadgen.py [--clients loadgen,httpx,aiohttp] [--conc 1,64,256,1024]
-       [--reps 1] [--no-ingest] [--json OUT]
+usage: python benchmarks/bench_loadgen.py [--clients loadgen,httpx,aiohttp,sglang] [--conc 1,64,256,1024]
+       [--reps 1] [--no-ingest] [--json OUT] [--sglang-src DIR --sglang-python PY]
 Needs numpy (truth.py); tokenizers+transformers (``pip install -e .[bench]``) for refserver's word
 list (without them refserver streams tokN words, which changes nothing for ids prompts).
 """
@@ -182,12 +205,71 @@ def _pct(v, q):
 
 
 BASE_SRC: str | None = None  # --base-src: the other loadgen copy for clients base / base-wN
+SGLANG_SRC: str | None = None  # --sglang-src: the unpacked sglang package (client sglang)
+SGLANG_PY: str = PY  # --sglang-python: an interpreter with the SGLang client's light deps
 
 
-def run_client(client: str, port: int, conc: int, n: int, out_len: int, tmp: str) -> tuple[dict, float]:
+def sglang_shim(argv: list[str]) -> None:
+    """Run sglang.benchmark.serving's cli_main from SGLANG_SRC without importing torch (this runs
+    under --sglang-python, so it imports nothing but the standard library before the client)."""
+    import types
+
+    src = os.environ["SGLANG_SRC"]
+    for name in ("sglang", "sglang.srt", "sglang.srt.utils", "sglang.srt.disaggregation"):
+        mod = types.ModuleType(name)
+        mod.__path__ = [os.path.join(src, *name.split("."))]
+        sys.modules[name] = mod
+    dis = types.ModuleType("sglang.srt.disaggregation.utils")
+    dis.FAKE_BOOTSTRAP_HOST = "2.2.2.2"  # the upstream constant; only PD disaggregation uses it
+    sys.modules[dis.__name__] = dis
+    from sglang.benchmark.serving import cli_main
+
+    sys.argv = ["bench_serving", *argv]
+    cli_main()
+
+
+def run_sglang(port: int, conc: int, n: int, out_len: int, tok: str, tmp: str) -> dict:
+    """SGLang's benchmark client, native /generate, random token ids; its figures."""
+    out = os.path.join(tmp, "sgl.jsonl")
+    if os.path.exists(out):
+        os.unlink(out)  # it appends
+    args = [
+        "--backend", "sglang", "--host", "127.0.0.1", "--port", str(port),
+        "--dataset-name", "random-ids", "--tokenizer", tok,
+        "--random-input-len", "128", "--random-output-len", str(out_len), "--random-range-ratio", "1",
+        "--num-prompts", str(n), "--max-concurrency", str(conc), "--warmup-requests", "1",
+        "--disable-tqdm", "--output-file", out,
+    ]  # fmt: skip
+    env = dict(os.environ, SGLANG_SRC=SGLANG_SRC, TOKENIZERS_PARALLELISM="false")
+    cp = subprocess.run(
+        [SGLANG_PY, os.path.abspath(__file__), "--sglang-shim", "--", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if cp.returncode != 0 or not os.path.exists(out):
+        raise RuntimeError(f"SGLang client failed (exit {cp.returncode}): {cp.stderr[-2000:]}")
+    with open(out) as f:
+        d = json.loads(f.read().strip().splitlines()[-1])
+    return {
+        "mean_ttft": d["mean_ttft_ms"],
+        "p99_ttft": d["p99_ttft_ms"],
+        "mean_itl": d["mean_itl_ms"],
+        "p99_itl": d["p99_itl_ms"],
+        "tput": d["output_throughput"],
+        "failed": n - d["completed"],
+    }
+
+
+def run_client(
+    client: str, port: int, conc: int, n: int, out_len: int, tok: str, tmp: str
+) -> tuple[dict, float]:
     """Run one client; return (its figures in ms / tok/s, client CPU seconds)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if client.startswith(("loadgen", "base")):
+    if client == "sglang":
+        fig = run_sglang(port, conc, n, out_len, tok, tmp)
+    elif client.startswith(("loadgen", "base")):
         src = ROOT
         if client.startswith("base"):
             if BASE_SRC is None:
@@ -270,6 +352,16 @@ def run_client(client: str, port: int, conc: int, n: int, out_len: int, tmp: str
     return fig, cpu
 
 
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a running process has used so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def one_case(
     client: str, conc: int, n: int, out_len: int, ttft: float, itl: float, tok: str, tmp: str
 ) -> dict:
@@ -278,10 +370,11 @@ def one_case(
     log = os.path.join(tmp, f"truth-{client}-{conc}-{time.time_ns()}.jsonl")
     srv = start_server(port, log, tok, ttft, itl)
     try:
-        fig, cpu = run_client(client, port, conc, n, out_len, tmp)
+        fig, cpu = run_client(client, port, conc, n, out_len, tok, tmp)
+        srv_cpu = proc_cpu_s(srv.pid)
     finally:
         stop_server(srv)
-    tr = truth.analyze(log, 0)
+    tr = truth.analyze(log, 1 if client == "sglang" else 0)  # sglang: its warm-up request
     row = {
         "client": client,
         "conc": conc,
@@ -296,6 +389,7 @@ def one_case(
         "server_tok_s": tr["output_tok_s"],
         "tput_err_pct": 100 * (fig["tput"] - tr["output_tok_s"]) / tr["output_tok_s"],
         "cpu_s_per_1k_tok": 1000 * cpu / max(tr["output_tokens"], 1),
+        "srv_cpu_s_per_1k_tok": 1000 * srv_cpu / max(tr["output_tokens"], 1),
         "reliable": fig.get("reliable"),
         "workers": fig.get("workers"),
     }
@@ -463,7 +557,10 @@ def print_medians(rows: list[dict]) -> None:
 
 
 def main() -> int:
-    global BASE_SRC
+    global BASE_SRC, SGLANG_SRC, SGLANG_PY
+    if sys.argv[1:2] == ["--sglang-shim"]:  # under --sglang-python: nothing else of this script
+        sglang_shim(sys.argv[3:] if sys.argv[2:3] == ["--"] else sys.argv[2:])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="loadgen,httpx,aiohttp")
     ap.add_argument("--conc", default="1,64,256,1024")
@@ -473,6 +570,16 @@ def main() -> int:
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--base-src", default=None, help="dir holding another loadgen package (clients base*)")
     ap.add_argument("--parse-only", action="store_true", help="time the receive path only (no server)")
+    ap.add_argument(
+        "--sglang-src",
+        default=os.environ.get("SGLANG_BENCH_SRC"),
+        help="dir holding the unpacked sglang package (client sglang); env SGLANG_BENCH_SRC",
+    )
+    ap.add_argument(
+        "--sglang-python",
+        default=os.environ.get("SGLANG_BENCH_PYTHON", PY),
+        help="python with the SGLang client's light deps (client sglang); env SGLANG_BENCH_PYTHON",
+    )
     ap.add_argument("--parse-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--baseline", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -489,6 +596,23 @@ def main() -> int:
     if a.parse_only:
         parse_only(BASE_SRC)
         return 0
+    clients = a.clients.split(",")
+    if "sglang" in clients:
+        if not a.sglang_src:
+            print(
+                "client sglang SKIPPED: no --sglang-src (or SGLANG_BENCH_SRC) given, so there is no "
+                "same-box SGLang figure in this run (see this script's docstring to set one up)",
+                flush=True,
+            )
+            clients.remove("sglang")
+        elif not os.path.isfile(os.path.join(a.sglang_src, "sglang", "benchmark", "serving.py")):
+            ap.error(f"--sglang-src {a.sglang_src}: no sglang/benchmark/serving.py there (an unpacked wheel)")
+        elif not (os.path.isfile(a.sglang_python) and os.access(a.sglang_python, os.X_OK)):
+            ap.error(f"--sglang-python {a.sglang_python}: not an executable file")
+        SGLANG_SRC = os.path.abspath(a.sglang_src) if a.sglang_src else None
+        SGLANG_PY = a.sglang_python
+    if not clients:
+        ap.error("--clients: nothing left to run")
     if a.baseline:
         try:
             import uvloop
@@ -507,7 +631,7 @@ def main() -> int:
             cases.append(("ingest", 1024, 512, 0.0, 0.0))
         for rep in range(a.reps):
             for conc, n, out_len, ttft, itl in cases:
-                for client in a.clients.split(","):
+                for client in clients:
                     c = 256 if conc == "ingest" else conc
                     row = one_case(client, c, n, out_len, ttft, itl, tok, tmp)
                     row["case"] = "ingest" if conc == "ingest" else f"c{conc}"
@@ -519,15 +643,39 @@ def main() -> int:
                         f"{row['itl_err_p99']:+7.2f} | active {row['max_active']:>5} | tok/s rep "
                         f"{row['reported_tok_s']:>9.0f} srv {row['server_tok_s']:>9.0f} "
                         f"({row['tput_err_pct']:+.1f}%)"
-                        f" | cpu/1k {row['cpu_s_per_1k_tok']:.3f} | failed {row['failed']}",
+                        f" | cpu/1k {row['cpu_s_per_1k_tok']:.3f} srv {row['srv_cpu_s_per_1k_tok']:.3f}"
+                        f" | failed {row['failed']}",
                         flush=True,
                     )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
     print_medians(rows)
+    print_ingest_vs_sglang(rows)
     failed = check_targets(rows)
     return 1 if failed and a.strict else 0
+
+
+def print_ingest_vs_sglang(rows: list[dict]) -> None:
+    """Max ingest, loadgen clients vs the SGLang client in the same rep: reported and achieved at the
+    server, the per-rep ratio of achieved figures and its median (the same-box comparison)."""
+    ing = [r for r in rows if r["case"] == "ingest"]
+    sgl = {r["rep"]: r for r in ing if r["client"] == "sglang"}
+    if not sgl:
+        return
+    print("\nmax ingest vs the SGLang client (tok/s reported / achieved at the server, per rep):")
+    for client in dict.fromkeys(r["client"] for r in ing if r["client"] != "sglang"):
+        ratios = []
+        for r in (r for r in ing if r["client"] == client and r["rep"] in sgl):
+            s = sgl[r["rep"]]
+            ratios.append(r["server_tok_s"] / s["server_tok_s"])
+            print(
+                f"  rep {r['rep']}: {client} {r['reported_tok_s']:.0f} / {r['server_tok_s']:.0f} | sglang "
+                f"{s['reported_tok_s']:.0f} / {s['server_tok_s']:.0f} | achieved ratio {ratios[-1]:.2f}"
+            )
+        if ratios:
+            med = statistics.median(ratios)
+            print(f"  {client}/sglang achieved-at-server ratio, median of {len(ratios)}: {med:.2f}")
 
 
 # (case, figure, limit, description): issue 4's accuracy targets for loadgen (--workers auto)
@@ -565,7 +713,21 @@ def check_targets(rows: list[dict]) -> int:
         err = statistics.median(abs(r["tput_err_pct"]) for r in ing)
         verdict(err <= 2.0, f"max ingest reported within 2% of the server's: {err:.2f}%")
         tput = statistics.median(r["server_tok_s"] for r in ing)
-        verdict(tput >= 112_000, f"max ingest >= ~112k tok/s (SGLang client's figure): {tput:.0f}")
+        sgl = {r["rep"]: r["server_tok_s"] for r in rows if r["case"] == "ingest" and r["client"] == "sglang"}
+        ratios = [r["server_tok_s"] / sgl[r["rep"]] for r in ing if r["rep"] in sgl]
+        if ratios:
+            med = statistics.median(ratios)
+            verdict(
+                med >= 1.0,
+                f"max ingest >= the SGLang client's on this box, same run (achieved at the server): "
+                f"{tput:.0f} vs {statistics.median(sgl.values()):.0f}, median ratio {med:.2f}",
+            )
+        else:
+            verdict(
+                tput >= 112_000,
+                f"max ingest >= ~112k tok/s (refserver README's SGLang figure; no same-run SGLang "
+                f"client here): {tput:.0f}",
+            )
     return failed
 
 
