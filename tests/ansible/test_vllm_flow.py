@@ -9,6 +9,8 @@ and the engine's own refusal of an unknown flag surfacing at once (not after the
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import port_listening
-from .runner import REPO, pid_alive, read_json, run_cli, run_runner
+from .runner import LOCAL_INVENTORY, REPO, VENV_BIN, ansible_env, pid_alive, read_json, run_cli, run_runner
 
 pytestmark = pytest.mark.slow
 
@@ -192,3 +194,54 @@ def test_an_engine_that_refuses_its_flags_fails_the_start_with_its_own_message(r
     assert "unrecognized arguments: --max-num-seq 8" in (run_dir / "server/localhost.log").read_text()
     assert not (run_dir / "cases").exists(), "a case ran against a dead server"
     _assert_server_stopped(run_env["results"], run_env["port"])
+
+
+RENDER_ONLY = """\
+- name: Render the server command only (the engine role's render entry point)
+  hosts: head
+  gather_facts: false
+  tasks:
+    - name: Render
+      ansible.builtin.include_role:
+        name: engine
+        tasks_from: render
+    - name: Save it
+      ansible.builtin.copy:
+        content: "{{ engine_server_cmd }}"
+        dest: "{{ out }}"
+        mode: "0644"
+"""
+
+
+def test_docker_runtime_runs_exactly_vllm_serve(tmp_path: Path) -> None:
+    """The docker runtime wraps the same vLLM flags; the vllm/vllm-openai image's ENTRYPOINT
+    ["vllm", "serve"] is cleared, else the container would run `vllm serve vllm serve MODEL` and die."""
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(RENDER_ONLY)
+    out = tmp_path / "cmd.sh"
+    ev = {
+        "engine_name": "vllm",
+        "engine_runtime": "docker",
+        "engine_image": "vllm/vllm-openai:v0.11.2",
+        "quickmap_run_id": "r",
+        "quickmap_node_results_dir": str(tmp_path),
+        "out": str(out),
+    }
+    argv = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        str(LOCAL_INVENTORY),
+        str(playbook),
+        "-e",
+        json.dumps(ev),
+    ]
+    p = subprocess.run(argv, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    words = shlex.split(out.read_text().split("docker run", 1)[1].replace("\\\n", " "))
+    opts, image_at = words[: words.index("vllm/vllm-openai:v0.11.2")], words.index("vllm/vllm-openai:v0.11.2")
+    assert opts[opts.index("--entrypoint") + 1] == ""
+    assert opts[opts.index("--name") + 1] == "quickmap-vllm"
+    assert "VLLM_SERVER_DEV_MODE=1" in opts
+    cmd = words[image_at + 1 :]
+    assert cmd[:3] == ["vllm", "serve", "Qwen/Qwen3-0.6B"], cmd
+    assert cmd[cmd.index("--max-model-len") + 1] == "135168" and "--context-length" not in cmd
