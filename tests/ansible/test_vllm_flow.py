@@ -208,17 +208,37 @@ RENDER_ONLY = """\
     - name: Save it
       ansible.builtin.copy:
         content: "{{ engine_server_cmd }}"
-        dest: "{{ out }}"
+        dest: "{{ out }}/single.sh"
+        mode: "0644"
+    - name: Render rank 1 of two nodes
+      ansible.builtin.include_role:
+        name: engine
+        tasks_from: render
+      vars:
+        engine_nnodes: 2
+        engine_node_rank: 1
+        engine_head_address: 10.0.0.1
+    - name: Save it
+      ansible.builtin.copy:
+        content: "{{ engine_server_cmd }}"
+        dest: "{{ out }}/worker.sh"
         mode: "0644"
 """
 
 
+def _docker_run_words(script: Path) -> list[str]:
+    """The argv of the `docker run` in a rendered server script (line continuations joined)."""
+    return shlex.split(script.read_text().split("docker run", 1)[1].replace("\\\n", " "))
+
+
 def test_docker_runtime_runs_exactly_vllm_serve(tmp_path: Path) -> None:
     """The docker runtime wraps the same vLLM flags; the vllm/vllm-openai image's ENTRYPOINT
-    ["vllm", "serve"] is cleared, else the container would run `vllm serve vllm serve MODEL` and die."""
+    ["vllm", "serve"] is cleared, else the container would run `vllm serve vllm serve MODEL` and die.
+    On two nodes the worker rank runs headless (vLLM's multi-node mode: no API server there)."""
     playbook = tmp_path / "render.yml"
     playbook.write_text(RENDER_ONLY)
-    out = tmp_path / "cmd.sh"
+    out = tmp_path / "out"
+    out.mkdir()
     ev = {
         "engine_name": "vllm",
         "engine_runtime": "docker",
@@ -237,7 +257,7 @@ def test_docker_runtime_runs_exactly_vllm_serve(tmp_path: Path) -> None:
     ]
     p = subprocess.run(argv, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    words = shlex.split(out.read_text().split("docker run", 1)[1].replace("\\\n", " "))
+    words = _docker_run_words(out / "single.sh")
     opts, image_at = words[: words.index("vllm/vllm-openai:v0.11.2")], words.index("vllm/vllm-openai:v0.11.2")
     assert opts[opts.index("--entrypoint") + 1] == ""
     assert opts[opts.index("--name") + 1] == "quickmap-vllm"
@@ -245,3 +265,19 @@ def test_docker_runtime_runs_exactly_vllm_serve(tmp_path: Path) -> None:
     cmd = words[image_at + 1 :]
     assert cmd[:3] == ["vllm", "serve", "Qwen/Qwen3-0.6B"], cmd
     assert cmd[cmd.index("--max-model-len") + 1] == "135168" and "--context-length" not in cmd
+    assert "--nnodes" not in cmd and "--headless" not in cmd
+    worker = _docker_run_words(out / "worker.sh")
+    wcmd = worker[worker.index("vllm/vllm-openai:v0.11.2") + 1 :]
+    assert wcmd[:3] == ["vllm", "serve", "Qwen/Qwen3-0.6B"], wcmd
+    i = wcmd.index("--nnodes")
+    assert wcmd[i : i + 8] == [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "10.0.0.1",
+        "--master-port",
+        "20000",
+    ]
+    assert wcmd[i + 8] == "--headless", wcmd
