@@ -207,6 +207,11 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
                 "(above) for the root cause."
             )
         sys.stdout.flush()
+        # Dead from this line on, like the real engine: no further step runs, new requests are refused
+        # and the ones in flight fail (at a small time scale the 50 ms before exit would otherwise let
+        # whole requests finish successfully after the fatal error was logged).
+        engine.dead = msg
+        loop.call_soon(engine.fail_all, f"engine dead: {msg}")
         loop.call_later(0.05, os._exit, 1)
 
     engine.on_crash = crash
