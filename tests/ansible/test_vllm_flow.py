@@ -182,6 +182,7 @@ def test_an_engine_that_refuses_its_flags_fails_the_start_with_its_own_message(r
         case_ids="short_decode_c1",
         engine_extra_args=["--max-num-seq", "8"],
         engine_start_timeout_s=300,
+        report_summarize=False,
     )
     res = run_cli(ev, "--tags", "fixed")
     run_dir = run_env["results"] / "badflag"
