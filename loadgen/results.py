@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import operator
 import os
 import tempfile
 
@@ -49,7 +50,8 @@ def summary(vals: list[float]) -> dict[str, float | None]:
         return {k: None for k in ("mean", "median", "std", "p90", "p95", "p99", "max")}
     s = sorted(vals)
     mean = math.fsum(s) / len(s)
-    var = math.fsum((x - mean) ** 2 for x in s) / len(s)
+    dev = [x - mean for x in s]  # two passes (exact), but no generator: 500k ITLs take ~0.1 s less
+    var = math.fsum(map(operator.mul, dev, dev)) / len(s)
     return {
         "mean": mean,
         "median": pct(s, 50),
@@ -215,17 +217,19 @@ def build(
             "total_throughput": (total_in + total_out) / duration,
         }
     )
-    for name, vals in (
-        ("ttft", ttfts),
-        ("tpot", tpots),
-        ("itl", [x * 1e3 for x in itl_ev]),
-        ("e2e_latency", e2es),
+    # ITL lists hold one value per streamed token (500k for 512 x 1K): summarise each once, and the
+    # per-token split only when some event carried more than one token (else it is the same list).
+    itl_summary = summary([x * 1e3 for x in itl_ev])
+    for name, s in (
+        ("ttft", summary(ttfts)),
+        ("tpot", summary(tpots)),
+        ("itl", itl_summary),
+        ("e2e_latency", summary(e2es)),
     ):
-        s = summary(vals)
         for k in ("mean", "median", "std", "p90", "p95", "p99"):
             res[f"{k}_{name}_ms"] = s[k]
-    res["max_itl_ms"] = summary([x * 1e3 for x in itl_ev])["max"]
-    st = summary([x * 1e3 for x in itl_tok])
+    res["max_itl_ms"] = itl_summary["max"]
+    st = itl_summary if itl_tok == itl_ev else summary([x * 1e3 for x in itl_tok])
     for k in ("mean", "median", "p99"):
         res[f"{k}_itl_per_token_ms"] = st[k]
     sq = summary(qt)
