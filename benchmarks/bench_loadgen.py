@@ -563,7 +563,7 @@ def main() -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="loadgen,httpx,aiohttp")
-    ap.add_argument("--conc", default="1,64,256,1024")
+    ap.add_argument("--conc", default="1,64,256,1024", help='accuracy cases ("" = only max ingest)')
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--no-ingest", action="store_true")
     ap.add_argument("--json", default=None)
@@ -626,7 +626,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-loadgen-") as tmp:
         tok = make_tok(tmp)
-        cases = [(c, 4 * c, 128, 50.0, 10.0) for c in (int(x) for x in a.conc.split(","))]
+        cases = [(c, 4 * c, 128, 50.0, 10.0) for c in (int(x) for x in a.conc.split(",") if x.strip())]
         if not a.no_ingest:
             cases.append(("ingest", 1024, 512, 0.0, 0.0))
         for rep in range(a.reps):

@@ -44,6 +44,7 @@ class Conn(asyncio.Protocol):
     __slots__ = (
         "_buf",
         "_close_after",
+        "_hot",
         "_is_sse",
         "_rem",
         "_sbuf",
@@ -69,6 +70,7 @@ class Conn(asyncio.Protocol):
         self._rem = 0
         self._is_sse = False
         self._close_after = False
+        self._hot = False  # in an SSE chunked body at a chunk boundary, nothing buffered: see on_data
         self.body_parts: list[bytes] = []
         self.got_bytes = False
         self.served = 0  # requests sent on this connection so far
@@ -115,6 +117,7 @@ class Conn(asyncio.Protocol):
         self._rem = 0
         self._is_sse = False
         self._close_after = False
+        self._hot = False
         self.body_parts = []
         self.got_bytes = False
         self.served += 1
@@ -145,7 +148,31 @@ class Conn(asyncio.Protocol):
         self.on_data(data, perf_counter_ns())
 
     def on_data(self, data: bytes, t: int) -> None:
-        """Bytes that arrived at ``t`` (perf_counter_ns clock)."""
+        """Bytes that arrived at ``t`` (perf_counter_ns clock).
+
+        Hot path: while the stream sits at a chunk boundary of an SSE body with nothing buffered
+        (``_hot``, recomputed after every read the full path handled), the read goes straight to
+        ``_fast``; only what it cannot frame (a chunk or event cut by the read boundary, the last
+        chunk, anything unusual) takes the full path."""
+        if self._hot:
+            pos = self._fast(data, 0, t, self.req)
+            if pos == len(data):
+                return
+            self._hot = False
+            if pos:
+                data = data[pos:]
+        self._on_data(data, t)
+        req = self.req
+        self._hot = (
+            req is not None
+            and self._is_sse
+            and self._state == _CHUNK_SIZE
+            and not self._buf
+            and not self._sbuf
+            and req.error_class is None
+        )
+
+    def _on_data(self, data: bytes, t: int) -> None:
         req = self.req
         if req is None:
             return  # bytes on an idle connection: ignore (a later request would fail cleanly)
@@ -199,10 +226,10 @@ class Conn(asyncio.Protocol):
             if (
                 size < 8
                 or end + 4 > n
-                or not startswith(b"\n\n\r\n", end)
-                or not startswith(b"data: ", le + 2)
-                or find(b"\n", start, end) >= 0  # a multi-line event (a lone CR is no line end
-            ):  # here either: the full parser only folds CRLF, so it would give the same payload)
+                or find(b"\n", start, end + 1) != end  # no line end inside: one single-line event
+                or not startswith(b"\n\r\n", end + 1)  # (a lone CR is no line end here either:
+                or not startswith(b"data: ", le + 2)  # the full parser only folds CRLF)
+            ):
                 break
             pos = end + 4
             if end - start == 6 and startswith(b"[DONE]", start):
@@ -368,6 +395,7 @@ class Conn(asyncio.Protocol):
             return
         self.req = None
         self._state = _IDLE
+        self._hot = False
         req.end_ns = perf_counter_ns()
         if req.error_class is None:
             if req.http_status != 200:
