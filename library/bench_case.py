@@ -153,8 +153,6 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
-import urllib.error  # noqa: E402
-import urllib.request  # noqa: E402
 
 from ansible.module_utils.atomic_write import atomic_write_text  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -184,6 +182,9 @@ def _utc_now() -> str:
 
 
 def _healthy(url: str) -> bool:
+    import urllib.error  # only after a failure: keeps the module's start-up short
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
             return 200 <= resp.status < 300
