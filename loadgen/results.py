@@ -15,6 +15,7 @@ Percentiles: linear interpolation (numpy's default), std: population.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import operator
@@ -119,11 +120,11 @@ def request_record(rec: tuple, t0_ns: int, details: bool) -> dict:
 
 def itl_samples(evt: list[int], evtok: list[int]) -> tuple[list[float], list[float]]:
     """(per-event gaps, per-token split gaps) in seconds for one request."""
-    per_ev, per_tok = [], []
-    for k in range(1, len(evt)):
-        g = (evt[k] - evt[k - 1]) / 1e9
-        per_ev.append(g)
-        n = evtok[k]
+    per_ev = [(b - a) / 1e9 for a, b in itertools.pairwise(evt)]
+    if evtok.count(1) == len(evtok):  # one token per event (the usual stream): the same gaps
+        return per_ev, per_ev
+    per_tok: list[float] = []
+    for g, n in zip(per_ev, evtok[1:], strict=True):
         if n > 0:
             per_tok.extend([g / n] * n)
     return per_ev, per_tok
