@@ -390,6 +390,9 @@ def one_case(
         "tput_err_pct": 100 * (fig["tput"] - tr["output_tok_s"]) / tr["output_tok_s"],
         "cpu_s_per_1k_tok": 1000 * cpu / max(tr["output_tokens"], 1),
         "srv_cpu_s_per_1k_tok": 1000 * srv_cpu / max(tr["output_tokens"], 1),
+        # share of token events the server wrote while its write buffer was still non-empty (the
+        # client was not reading fast enough; such writes are coalesced and cheaper for the server)
+        "srv_backlog_pct": 100 * tr.get("backlogged_events", 0) / max(tr["output_tokens"], 1),
         "reliable": fig.get("reliable"),
         "workers": fig.get("workers"),
     }
@@ -644,6 +647,7 @@ def main() -> int:
                         f"{row['reported_tok_s']:>9.0f} srv {row['server_tok_s']:>9.0f} "
                         f"({row['tput_err_pct']:+.1f}%)"
                         f" | cpu/1k {row['cpu_s_per_1k_tok']:.3f} srv {row['srv_cpu_s_per_1k_tok']:.3f}"
+                        f" backlog {row['srv_backlog_pct']:.0f}%"
                         f" | failed {row['failed']}",
                         flush=True,
                     )
