@@ -3,11 +3,16 @@
 The archive holds the ``loadgen`` package (its .py files and README) plus a ``__main__.py`` and
 runs as ``python3 OUT <flags>`` with only the standard library (uvloop, orjson and tokenizers are
 used when the node happens to have them). Written atomically: temp file + rename.
+
+Each module also goes in as bytecode (``name.pyc`` beside ``name.py``, unchecked-hash): zipimport
+never caches compiled code, so without it every case run recompiles the package (~60 ms). A node
+whose Python has another bytecode version ignores the .pyc files and compiles the sources.
 """
 
 from __future__ import annotations
 
 import os
+import py_compile
 import shutil
 import sys
 import tempfile
@@ -26,6 +31,14 @@ def build(out: str) -> str:
         for name in sorted(os.listdir(PKG)):
             if name.endswith(".py") or name == "README.md":
                 shutil.copy2(os.path.join(PKG, name), os.path.join(dst, name))
+            if name.endswith(".py"):
+                py_compile.compile(
+                    os.path.join(dst, name),
+                    cfile=os.path.join(dst, name[:-3] + ".pyc"),
+                    dfile=f"loadgen/{name}",
+                    doraise=True,
+                    invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+                )
         with open(os.path.join(tmp, "__main__.py"), "w") as f:
             f.write(MAIN)
         fd, part = tempfile.mkstemp(prefix=".loadgen-", suffix=".pyz", dir=os.path.dirname(out))
