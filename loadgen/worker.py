@@ -136,6 +136,10 @@ class Worker:
         self.nstarted += 1
         self.inflight_reqs.add(req)
         req.timer = self.loop.call_later(self.spec.timeout_s, self._timeout, req)
+        self._send(req)
+
+    def _send(self, req: Req) -> None:
+        """On a kept-alive idle connection when there is one, else on a new one."""
         idle = self.idle
         while idle:
             conn = idle.pop()
@@ -223,15 +227,7 @@ class Worker:
         req.reset_raw()
         req.first_byte_ns = req.header_ns = req.end_ns = 0
         req.conn = None
-        idle = self.idle
-        while idle:
-            conn = idle.pop()
-            if not conn.closed:
-                req.conn = conn
-                conn.send(req, req.payload)
-                return
-        self.new_conns_during_phase += 1
-        self.loop.create_task(self._open_and_send(req))
+        self._send(req)
 
     def _check_over(self) -> None:
         fut = self.phase_fut
