@@ -165,12 +165,12 @@ def build(
     ttfts = [r["ttft_ms"] for r in ok]
     e2es = [r["e2e_ms"] for r in ok]
     tpots = [r["tpot_ms"] for r in ok if r["tpot_ms"] is not None]
-    itl_ev, itl_tok, itls_details = [], [], []
-    for r in recs:
-        ev, tok = itl_samples(r["_evt"], r["_evtok"]) if r["success"] else ([], [])
-        itl_ev.extend(ev)
-        itl_tok.extend(tok)
-        itls_details.append(tok)
+    pairs = [itl_samples(r["_evt"], r["_evtok"]) if r["success"] else ([], []) for r in recs]
+    itl_ev = [gap for ev, _ in pairs for gap in ev]
+    # itl_samples hands back the per-event list itself when no event carried several tokens
+    split = any(tok is not ev and tok != ev for ev, tok in pairs)
+    itl_tok = [gap for _, tok in pairs for gap in tok] if split else itl_ev
+    itls_details = [tok for _, tok in pairs]
     total_in = sum(r["input_tokens"] or 0 for r in ok)
     total_out = sum(r["output_tokens"] or 0 for r in ok)
     errors: dict[str, int] = {}
@@ -230,7 +230,7 @@ def build(
         for k in ("mean", "median", "std", "p90", "p95", "p99"):
             res[f"{k}_{name}_ms"] = s[k]
     res["max_itl_ms"] = itl_summary["max"]
-    st = itl_summary if itl_tok == itl_ev else summary([x * 1e3 for x in itl_tok])
+    st = summary([x * 1e3 for x in itl_tok]) if split else itl_summary
     for k in ("mean", "median", "p99"):
         res[f"{k}_itl_per_token_ms"] = st[k]
     sq = summary(qt)
