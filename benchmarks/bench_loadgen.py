@@ -7,7 +7,8 @@ error = reported - truth (mean and p99). Plus max ingest: TTFT = ITL = 0, C = 25
 client's reported output tok/s vs what the server actually sent.
 
 Clients: ``loadgen`` (this package, raw asyncio, --workers auto), ``loadgen-wN`` (N worker
-processes), ``loadgen-kernel`` (--timestamps kernel: SO_TIMESTAMPNS event times),
+processes), ``loadgen-kernel`` / ``loadgen-read`` (--timestamps kernel, the default on Linux:
+SO_TIMESTAMPNS event times / --timestamps read: the loop's read time),
 ``httpx`` and ``aiohttp`` (the same measuring loop on those libraries: pooled client, pool warmed
 first, closed loop at the concurrency, perf_counter_ns per received chunk). With ``--base-src DIR``
 (a directory holding another ``loadgen`` package, e.g. ``git archive <commit> loadgen | tar -x -C DIR``)
@@ -302,8 +303,8 @@ def run_client(
         ]
         if client.startswith("loadgen-w"):
             cmd += ["--workers", client[len("loadgen-w") :]]
-        elif client == "loadgen-kernel":
-            cmd += ["--timestamps", "kernel"]
+        elif client in ("loadgen-kernel", "loadgen-read"):
+            cmd += ["--timestamps", client[len("loadgen-") :]]
         subprocess.run(cmd, cwd=src, check=True, stdout=subprocess.DEVNULL, timeout=900)
         with open(out) as f:
             d = json.load(f)
