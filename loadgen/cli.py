@@ -345,6 +345,13 @@ def main(argv: list[str] | None = None) -> int:
             "delta": serverapi.counter_deltas(metrics["before"], metrics["after"]),
         }
     reasons = [f"worker failure: {e}" for e in out.worker_errors]
+    if out.unstamped_reads:
+        print(
+            f"loadgen: {out.unstamped_reads} reads came without a kernel receive timestamp (this "
+            "kernel does not stamp TCP receives?); their events were timed at the read",
+            file=sys.stderr,
+            flush=True,
+        )
     if out.interrupted:
         reasons.append("interrupted: the run is incomplete")
     cfg = {
@@ -370,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "ignore_eos": ignore_eos,
         "timestamps": args.timestamps,
+        "reads_without_kernel_stamp": out.unstamped_reads,
         "workers": max(1, min(workers, args.max_concurrency or workers, n)),
         "t0_epoch_s": t0_epoch,
         "t0_monotonic_s": t0_ns / 1e9,  # same origin on CLOCK_MONOTONIC (to match server-side logs)

@@ -438,6 +438,7 @@ class KConn(Conn):
     read's time from the kernel receive timestamp (SO_TIMESTAMPNS) instead of the read call."""
 
     __slots__ = ("_wbuf", "fd", "loop", "sock")
+    unstamped_reads = 0  # per process: reads timed at the read because no stamp came with them
 
     @classmethod
     async def open(cls, owner, loop: asyncio.AbstractEventLoop, host: str, port: int) -> KConn:
@@ -476,6 +477,8 @@ class KConn(Conn):
                 t = sec * 1_000_000_000 + nsec - _offset()
         now = perf_counter_ns()
         if t <= 0 or t > now:
+            if t <= 0:
+                KConn.unstamped_reads += 1  # a kernel that does not stamp TCP receives
             t = now
         req = self.req
         if req is not None and t < req.send_ns:

@@ -68,6 +68,7 @@ class RunOutcome:
         self.main_over_ns = 0
         self.interrupted = False
         self.new_conns = 0
+        self.unstamped_reads = 0  # --timestamps kernel: reads that came without a kernel stamp
         self.pool: list[tuple] = []  # (opened, wanted, first error) per worker
         self.worker_errors: list[str] = []
 
@@ -168,6 +169,7 @@ def run(
                 out.main.extend(msg[3])
                 out.lags.extend(msg[4])
                 out.new_conns += msg[5]
+                out.unstamped_reads += msg[7]
             out.main_over_ns = perf_counter_ns()
             progress.show(len(main), force=True)
         except KeyboardInterrupt:
@@ -191,6 +193,7 @@ def run(
                         if msg[2] == "main":
                             out.main.extend(msg[3])
                             out.lags.extend(msg[4])
+                            out.unstamped_reads += msg[7]
                         else:
                             out.warm.extend(msg[3])
                         live.discard(w)

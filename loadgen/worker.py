@@ -358,7 +358,7 @@ async def _serve(spec: WorkerSpec, pipe) -> None:
                 recs, lags, newc = await worker.run_phase(items, start_ns)
             finally:
                 ptask.cancel()
-            pipe.send(("done", spec.wid, phase, recs, lags, newc, worker.stopping))
+            pipe.send(("done", spec.wid, phase, recs, lags, newc, worker.stopping, KConn.unstamped_reads))
     worker.close()
 
 

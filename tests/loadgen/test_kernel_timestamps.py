@@ -21,6 +21,8 @@ import time
 import pytest
 from lg_helpers import ROOT
 
+from loadgen.httpconn import SO_TIMESTAMPNS, KConn
+
 STALL_S = 0.25
 GAP_S = 0.40  # first event -> second event, as sent
 
@@ -124,6 +126,7 @@ def test_a_stalled_client_still_times_events_by_their_arrival(tmp_path, source):
     assert proc.returncode == 0, stderr
     res = json.loads(out.read_text())
     assert res["timestamps"] == source and res["completed"] == 1
+    assert res["reads_without_kernel_stamp"] == 0
     req = res["requests"][0]
     true_ttft_ms = (srv.sent_ns[0] - srv.arrival_ns) / 1e6
     true_gap_ms = (srv.sent_ns[1] - srv.sent_ns[0]) / 1e6
@@ -135,3 +138,45 @@ def test_a_stalled_client_still_times_events_by_their_arrival(tmp_path, source):
     else:
         assert req["ttft_ms"] >= true_ttft_ms + STALL_S * 1000 - 50, (req["ttft_ms"], true_ttft_ms)
         assert itl_ms <= true_gap_ms - STALL_S * 1000 + 50, (itl_ms, true_gap_ms)
+
+
+class _Probe(KConn):
+    """KConn's read path with the parser replaced by a recorder of the event time it would use."""
+
+    def on_data(self, data, t):
+        self.got = (data, t)
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.socket() as lsock:
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(1)
+        client = socket.create_connection(lsock.getsockname())
+        server, _ = lsock.accept()
+    client.setblocking(False)
+    return client, server
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux-only")
+@pytest.mark.parametrize("stamped", [True, False])
+def test_read_path_uses_the_kernel_stamp_on_the_monotonic_base_or_counts_the_fallback(stamped):
+    client, server = _tcp_pair()
+    with client, server:
+        if stamped:
+            client.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        probe = _Probe(owner=None)
+        probe.sock = client
+        before = KConn.unstamped_reads
+        sent = time.perf_counter_ns()
+        server.sendall(b"x" * 100)
+        time.sleep(0.2)  # the bytes wait in the socket; the read comes late
+        probe._readable()
+        read_at = time.perf_counter_ns()
+    data, t = probe.got
+    assert data == b"x" * 100
+    if stamped:
+        assert sent <= t < sent + 50_000_000, (t - sent) / 1e6  # arrival, not the read 200 ms later
+        assert KConn.unstamped_reads == before
+    else:
+        assert read_at - 50_000_000 < t <= read_at
+        assert KConn.unstamped_reads == before + 1
