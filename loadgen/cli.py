@@ -347,8 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     reasons = [f"worker failure: {e}" for e in out.worker_errors]
     if out.unstamped_reads:
         print(
-            f"loadgen: {out.unstamped_reads} reads came without a kernel receive timestamp (this "
-            "kernel does not stamp TCP receives?); their events were timed at the read",
+            f"loadgen: {out.unstamped_reads} reads came without a kernel receive timestamp (stamping "
+            "not switched on yet, or this kernel does not stamp TCP receives); their events were "
+            "timed at the read",
             file=sys.stderr,
             flush=True,
         )

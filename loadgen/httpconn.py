@@ -478,7 +478,7 @@ class KConn(Conn):
         now = perf_counter_ns()
         if t <= 0 or t > now:
             if t <= 0:
-                KConn.unstamped_reads += 1  # a kernel that does not stamp TCP receives
+                KConn.unstamped_reads += 1  # stamping not switched on yet, or not for TCP here
             t = now
         req = self.req
         if req is not None and t < req.send_ns:
