@@ -121,7 +121,8 @@ def request_record(rec: tuple, t0_ns: int, details: bool) -> dict:
 def itl_samples(evt: list[int], evtok: list[int]) -> tuple[list[float], list[float]]:
     """(per-event gaps, per-token split gaps) in seconds for one request."""
     per_ev = [(b - a) / 1e9 for a, b in itertools.pairwise(evt)]
-    if evtok.count(1) == len(evtok):  # one token per event (the usual stream): the same gaps
+    later = evtok[1:]  # a first event's extra tokens add no gap
+    if later.count(1) == len(later):  # one token per later event (the usual stream): the same list
         return per_ev, per_ev
     per_tok: list[float] = []
     for g, n in zip(per_ev, evtok[1:], strict=True):
@@ -167,8 +168,8 @@ def build(
     tpots = [r["tpot_ms"] for r in ok if r["tpot_ms"] is not None]
     pairs = [itl_samples(r["_evt"], r["_evtok"]) if r["success"] else ([], []) for r in recs]
     itl_ev = [gap for ev, _ in pairs for gap in ev]
-    # itl_samples hands back the per-event list itself when no event carried several tokens
-    split = any(tok is not ev and tok != ev for ev, tok in pairs)
+    # itl_samples hands back the per-event list itself when no gap is split
+    split = any(tok is not ev for ev, tok in pairs)
     itl_tok = [gap for _, tok in pairs for gap in tok] if split else itl_ev
     itls_details = [tok for _, tok in pairs]
     total_in = sum(r["input_tokens"] or 0 for r in ok)
