@@ -19,6 +19,7 @@ import threading
 import time
 
 import pytest
+from lg_conn_fakes import chunk
 from lg_helpers import ROOT
 
 from loadgen.httpconn import SO_TIMESTAMPNS, KConn
@@ -28,14 +29,10 @@ GAP_S = 0.40  # first event -> second event, as sent
 SLACK_MS = 100  # the request's way to the server, and read delays, on a slow test host
 
 
-def _chunk(b: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(b), b)
-
-
 def _event(tokens: int, last: bool) -> bytes:
     fin = {"type": "length", "length": 2} if last else None
     meta = {"prompt_tokens": 8, "completion_tokens": tokens, "cached_tokens": 0, "finish_reason": fin}
-    return _chunk(b"data: " + json.dumps({"text": "w " * tokens, "meta_info": meta}).encode() + b"\n\n")
+    return chunk(b"data: " + json.dumps({"text": "w " * tokens, "meta_info": meta}).encode() + b"\n\n")
 
 
 class StallingServer:
@@ -90,7 +87,7 @@ class StallingServer:
                     os.killpg(self.pgid, signal.SIGCONT)
                 time.sleep(max(0.0, (self.sent_ns[0] + GAP_S * 1e9 - time.perf_counter_ns()) / 1e9))
                 self.sent_ns.append(time.perf_counter_ns())
-                conn.sendall(_event(2, True) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                conn.sendall(_event(2, True) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
                 conn.recv(1)  # until the client closes
         except BaseException as exc:  # surfaced by the test
             self.error = exc
