@@ -154,13 +154,13 @@ def test_case_timeout_is_classified_and_the_run_continues(run_env: dict) -> None
         run_env["extravars"],
         run_id="to",
         report_summarize=False,
-        case_ids="short_decode_c1,short_decode_c32",
-        bench_case_timeouts={"short_decode_c32": 1},
+        case_ids="short_decode_c1,long_decode_8k_c32",
+        bench_case_timeouts={"long_decode_8k_c32": 1},  # a case that needs several seconds
     )
     res = run_cli(ev, "--tags", "fixed")
     run_dir = run_env["results"] / "to"
     assert res.rc == 0, res.output[-3000:]
-    slow = _meta(run_dir, "cases/short_decode_c32/rep1")
+    slow = _meta(run_dir, "cases/long_decode_8k_c32/rep1")
     assert slow["status"] == "failed" and slow["error_type"] == "TIMEOUT", slow
     assert _meta(run_dir, "cases/short_decode_c1/rep1")["status"] == "completed"
     assert read_json(run_dir / "manifest.json")["status"] == "partial"
@@ -172,16 +172,16 @@ def test_case_failure_stops_the_run_when_policy_says_so(run_env: dict) -> None:
         run_env["extravars"],
         run_id="stop",
         report_summarize=False,
-        case_ids="short_decode_c32,long_decode_8k_c32",
-        bench_case_timeouts={"short_decode_c32": 1},
+        case_ids="long_decode_8k_c32,long_context_decode_32k_c16",
+        bench_case_timeouts={"long_decode_8k_c32": 1},  # a case that needs several seconds
         continue_on_case_failure=False,
     )
     res = run_cli(ev, "--tags", "fixed")
     run_dir = run_env["results"] / "stop"
     assert res.rc != 0
-    assert "short_decode_c32" in res.output and "TIMEOUT" in res.output
-    assert _meta(run_dir, "cases/short_decode_c32/rep1")["error_type"] == "TIMEOUT"
-    assert not (run_dir / "cases/long_decode_8k_c32/rep1/meta.json").exists()
+    assert "long_decode_8k_c32" in res.output and "TIMEOUT" in res.output
+    assert _meta(run_dir, "cases/long_decode_8k_c32/rep1")["error_type"] == "TIMEOUT"
+    assert not (run_dir / "cases/long_context_decode_32k_c16/rep1/meta.json").exists()
     assert read_json(run_dir / "manifest.json")["status"] == "failed"
     assert (run_dir / "server/localhost.log").stat().st_size > 0
     _assert_server_stopped(run_env["results"], run_env["port"])
