@@ -50,7 +50,9 @@ options:
     type: float
     default: 1.0
   record:
-    description: Which run to check when the file holds several (SGLang appends). V(last) is the newest.
+    description: >-
+      Which run to check when a JSONL file holds several (SGLang appends). V(last) is the newest. In a
+      console log the first line holding a result is checked, as C(python -m analysis) reads it.
     type: str
     choices: [last, first]
     default: last

@@ -150,7 +150,8 @@ def load_result(path: str, record: str = "last") -> dict:
     """Find the result object in ``path``.
 
     Returns ``{"obj", "format", "layout": json|jsonl|log, "runs_in_file", "line"}``; ``record`` picks the
-    ``last`` (newest, SGLang appends) or ``first`` object when a file holds several runs.
+    ``last`` (newest, SGLang appends) or ``first`` object when a JSONL file holds several runs; in a
+    log the first line that holds a result is taken (as ``analysis`` does).
     Raises BenchFileError naming what is wrong (missing, empty, truncated, unparsable).
     """
     try:
@@ -205,9 +206,10 @@ def load_result(path: str, record: str = "last") -> dict:
         if last_bad is not None and last_bad[0] > found[-1][0] and last_bad[0] - 1 == nonblank[-1]:
             # SGLang appends one object per run: a cut-off last line is the newest run, not an older one.
             raise BenchFileError("truncated", f"truncated JSON on last line {last_bad[0]} ({last_bad[1]})")
-        number, obj, fmt = found[-1] if record == "last" else found[0]
         only_json = all(lines[i].strip().startswith("{") for i in nonblank)
         layout = "jsonl" if only_json else "log"
+        # JSONL: one run per line, ``record`` picks. A log: its first result line, as analysis reads it.
+        number, obj, fmt = found[-1] if record == "last" and layout == "jsonl" else found[0]
         return {"obj": obj, "format": fmt, "layout": layout, "runs_in_file": len(found), "line": number}
 
     stripped_text = text.strip()

@@ -56,6 +56,12 @@ def _sglang_nan_array() -> bytes:
     return (json.dumps(obj) + "\n").encode()  # json writes the bare token NaN, as SGLang would
 
 
+def _log_two_results() -> bytes:
+    """A console log holding two result lines: the first is the one read (it is short of requests)."""
+    short, good = json.dumps(loadgen_result(7, 16)), json.dumps(_lg())
+    return f"Starting main benchmark run...\n{short}\nagain\n{good}\nbye\n".encode()
+
+
 # name -> (file bytes, expect_requests, OSL, passes?)
 CASES: dict[str, tuple[bytes, int, int, bool]] = {
     "good": (json.dumps(_lg()).encode(), 8, 16, True),
@@ -72,6 +78,7 @@ CASES: dict[str, tuple[bytes, int, int, bool]] = {
         False,
     ),
     "vllm_good": (json.dumps(vllm_result(32)).encode(), 32, 256, True),
+    "log_two_results": (_log_two_results(), 8, 16, False),
     "sglang_real": (DETAILS.read_bytes(), 96, 64, True),
     "sglang_nan_in_array": (_sglang_nan_array(), 96, 64, False),
     "guidellm_real": ((FIXTURES / "guidellm-0.8.1_c64_benchmarks.json").read_bytes(), 256, 128, True),
