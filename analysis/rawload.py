@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from analysis.errors import InputError
-from module_utils.bench_file import detect_format, gather_records
+from module_utils.bench_file import detect_format, gather_records, sglang_summary_complete
 
 _SENTINELS = {
     "__qm_Infinity__": math.inf,
@@ -165,8 +165,6 @@ def parse_json_bytes(data: bytes) -> Any:
 _SGLANG_DETAIL_START = b', "input_lens": ['
 _SGLANG_OUTPUT_LENS = b'"output_lens": ['
 _SGLANG_ERRORS = b'"errors": ['
-SUMMARY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
-SUMMARY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")  # what readers.py takes from SGLang
 
 
 def load_sglang_summary(path: str | Path) -> Loaded | None:
@@ -195,8 +193,6 @@ def load_sglang_summary(path: str | Path) -> Loaded | None:
             err_at = m.rfind(_SGLANG_ERRORS, 0, end)
             if lens_at < 0 or lens_end < 0 or err_at < lens_end:
                 return None
-            if m.find(b"NaN", cut, end) >= 0 or m.find(b"Infinity", cut, end) >= 0:
-                return None  # a non-finite per-request value: the verdict needs the arrays decoded
             head_bytes = m[:cut] + b"}"
             lens_bytes = m[lens_at + len(_SGLANG_OUTPUT_LENS) - 1 : lens_end + 1]
             tail_bytes = b"{" + m[err_at:end]
@@ -210,11 +206,7 @@ def load_sglang_summary(path: str | Path) -> Loaded | None:
         return None
     if not isinstance(head, dict) or not isinstance(tail, dict) or not isinstance(output_lens, list):
         return None
-    if "server_info" not in head and "total_output_tokens_retokenized" not in head:
-        return None
-    if any(
-        not isinstance(head.get(f"{s}_{m}_ms"), int | float) for s in SUMMARY_STATS for m in SUMMARY_METRICS
-    ):
+    if not sglang_summary_complete(head):
         return None
     errors = tail.get("errors")
     if not isinstance(errors, list) or len(errors) != len(output_lens):

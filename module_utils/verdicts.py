@@ -32,7 +32,9 @@ def judge_case(
     1. ``incomplete``: the client says the run did not finish (loadgen ``complete`` is not ``true``; a
        loadgen file without the flag cannot prove it finished; AIPerf ``was_cancelled``/``is_complete``).
     2. ``nonfinite``: a measured value is NaN or Infinity (``duration``, a throughput, a latency
-       statistic or a per-request latency). A figure that is not a number is no measurement.
+       statistic or a per-request latency). A figure that is not a number is no measurement. An
+       SGLang result with its complete summary is judged by that summary, not its per-request
+       arrays (``bench_file.sglang_summary_complete``: SGLang computes the one from the other).
     3. ``count``: ``completed`` differs from ``expect_requests`` (skipped when None: a file without a
        plan); a file without a ``completed`` count fails.
     4. ``short_output``: with ``expect_output_len``, fewer than ``min_output_fraction`` of the completed
@@ -83,7 +85,7 @@ def _judge_output(facts: dict, out: dict, completed: int, osl: int, fraction: fl
     lens = facts.get("output_lens")
     if lens is not None:
         out["output_check"] = "per_request"
-        short = [n for n in lens if n < osl]
+        short = [n for n in lens if n < osl] if lens and min(lens) < osl else []
         out["short"] = len(short)
         reached = (len(lens) - len(short)) / len(lens) if lens else 0.0
         if not lens or reached < fraction:

@@ -49,11 +49,21 @@ def _no_complete() -> dict:
     return obj
 
 
-def _sglang_nan_array() -> bytes:
-    """The real SGLang --output-details line with one per-request TTFT replaced by NaN."""
+def _sglang_nan() -> bytes:
+    """The real SGLang --output-details line with one TTFT NaN, and the TTFT statistics SGLang computes
+    from them NaN too (numpy's mean and percentiles of an array holding NaN)."""
     obj = json.loads(DETAILS.read_text())
     obj["ttfts"][5] = math.nan
+    for stat in ("mean", "median", "std", "p90", "p95", "p99"):
+        obj[f"{stat}_ttft_ms"] = math.nan
     return (json.dumps(obj) + "\n").encode()  # json writes the bare token NaN, as SGLang would
+
+
+def _vllm_nan_array() -> bytes:
+    """vLLM --save-detailed with an Infinity among the per-request TTFTs (its p90/p95 come from them)."""
+    obj = json.loads((FIXTURES / "vllm-bench-serve_constructed_detailed.json").read_text())
+    obj["ttfts"][2] = math.inf
+    return json.dumps(obj).encode()
 
 
 def _log_two_results() -> bytes:
@@ -80,7 +90,8 @@ CASES: dict[str, tuple[bytes, int, int, bool]] = {
     "vllm_good": (json.dumps(vllm_result(32)).encode(), 32, 256, True),
     "log_two_results": (_log_two_results(), 8, 16, False),
     "sglang_real": (DETAILS.read_bytes(), 96, 64, True),
-    "sglang_nan_in_array": (_sglang_nan_array(), 96, 64, False),
+    "sglang_nan": (_sglang_nan(), 96, 64, False),
+    "vllm_inf_in_array": (_vllm_nan_array(), 8, 16, False),
     "guidellm_real": ((FIXTURES / "guidellm-0.8.1_c64_benchmarks.json").read_bytes(), 256, 128, True),
     "aiperf_real": ((FIXTURES / "aiperf-0.13.0_c64_profile_export_aiperf.json").read_bytes(), 256, 128, True),
 }
@@ -211,7 +222,8 @@ def test_the_reason_names_the_rule(cli, inputs: dict[str, Path]) -> None:
     expect = {
         "duration_inf": ("nonfinite", "duration"),
         "nan_ttft": ("nonfinite", "requests[].ttft_ms"),
-        "sglang_nan_in_array": ("nonfinite", "ttfts"),
+        "sglang_nan": ("nonfinite", "mean_ttft_ms"),
+        "vllm_inf_in_array": ("nonfinite", "ttfts"),
         "no_complete_flag": ("incomplete", "complete=None"),
         "osl_unverifiable": ("short_output", "cannot verify output lengths"),
     }
