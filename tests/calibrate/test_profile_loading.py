@@ -7,17 +7,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from calib_helpers import engines, free_port, ready_info
 
 from enginesim import catalog, cli, hwprofile
 from enginesim.calibrate import compare
@@ -186,12 +180,6 @@ def test_compare_prices_every_measured_step_with_both_profiles(measured_dir: Pat
     assert b1["measured_s"] == pytest.approx(raws[0]["sections"]["model"]["decode"]["rows"][0]["median_s"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_engine_started_with_a_profile_file_reports_and_sizes_by_it(
     tmp_path: Path, measured_dir: Path
@@ -203,44 +191,12 @@ def test_engine_started_with_a_profile_file_reports_and_sizes_by_it(
         ("stock", []),
         ("file", ["--sim-hardware-file", str(measured_dir / "profile.json")]),
     ):
-        port = _free_port()
-        log = tmp_path / f"{label}.log"
-        env = {**os.environ, "LC_ALL": "C.UTF-8", "ENGINESIM_TIME_SCALE": "0.05"}
-        env.pop("ENGINESIM_HARDWARE", None)
-        with open(log, "wb") as f:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "enginesim",
-                    *ARGS,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    *extra,
-                ],
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        try:
-            info = None
-            end = time.monotonic() + 20
-            while time.monotonic() < end and proc.poll() is None:
-                try:
-                    r = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=2)
-                    if r.status_code == 200 and r.json().get("status") == "ready":
-                        info = r.json()
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.05)
-            assert info is not None, log.read_text()
-        finally:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                proc.wait(10)
+        port = free_port()
+        run = [*ARGS, "--host", "127.0.0.1", "--port", str(port), *extra]
+        log_dir = tmp_path / label
+        log_dir.mkdir()
+        with engines([run], log_dir) as (proc,):
+            info = ready_info(f"http://127.0.0.1:{port}", proc)
         tokens[label] = info["max_total_num_tokens"]
         assert info["enginesim"]["hardware"] == ("h200-measured" if label == "file" else "h200")
     assert tokens["file"] > tokens["stock"]
