@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: quickmap contributors
 # Apache-2.0
-"""Ansible module: judge the calibration profiles of every GPU of every node against the fleet and the datasheet."""
+"""Ansible module: judge every GPU's calibration profile against its fleet and its datasheet."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ options:
   results:
     description:
       - One entry per calibrated device, C(host) (the inventory host), C(gpu) (the GPU index as a
-        string, or V(cpu)) and C(dir) (the directory holding its C(profile.json), C(exit_code) and
-        C(calibrate.log) on the machine the module runs on).
+        string, V(cpu), or V(all) for a node that failed before its GPUs were listed, which fails) and
+        C(dir) (the directory holding its C(profile.json), C(exit_code) and C(calibrate.log) on the
+        machine the module runs on).
     type: list
     elements: dict
     required: true
@@ -109,7 +110,7 @@ fleet:
   returned: always
   type: dict
 rows:
-  description: One entry per device with its figures, ratios to the median and the datasheet, state and problems.
+  description: One entry per device with its figures, ratios to median and datasheet, state and problems.
   returned: always
   type: list
   elements: dict
@@ -155,7 +156,7 @@ def _tail(path: str) -> list[str]:
 
 
 def read_record(entry: dict) -> dict:
-    """One device's files -> the record the pure judge takes (a missing or broken file is an error, not a skip)."""
+    """One device's files -> the record the pure judge takes (a missing file is an error, not a skip)."""
     directory = str(entry.get("dir") or "")
     rec = {"host": entry.get("host"), "gpu": str(entry.get("gpu", "")), "profile": None, "error": None}
     rec["log_tail"] = _tail(os.path.join(directory, "calibrate.log"))

@@ -181,7 +181,8 @@ def judge_fleet(
             if med and v < med * (1.0 - tolerance):
                 r["problems"].append(
                     f"{label} {fmt(v, scale, unit)} is {1 - v / med:.1%} below the fleet median "
-                    f"{fmt(med, scale, unit)} of {group['gpus']} {r['device_name']} (tolerance {tolerance:.0%})"
+                    f"{fmt(med, scale, unit)} of {group['gpus']} {r['device_name']} "
+                    f"(tolerance {tolerance:.0%})"
                 )
             sheet = r["datasheet_" + key]
             if sheet is None:
@@ -219,9 +220,8 @@ def verdict_message(verdict: dict, tolerance: float, datasheet_margin: float, li
     if not verdict["passed"]:
         shown = "; ".join(verdict["failures"][:limit])
         more = len(verdict["failures"]) - limit
-        return (
-            f"GPU health gate failed closed (rule: {rule_text(tolerance, datasheet_margin)}): {shown}"
-            + (f" (+{more} more)" if more > 0 else "")
+        return f"GPU health gate failed closed (rule: {rule_text(tolerance, datasheet_margin)}): {shown}" + (
+            f" (+{more} more)" if more > 0 else ""
         )
     parts = []
     for name, group in verdict["fleet"].items():
@@ -230,12 +230,11 @@ def verdict_message(verdict: dict, tolerance: float, datasheet_margin: float, li
             for key, _sheet, label, scale, unit in FIGURES
         )
         vacuous = " (one GPU: the fleet comparison says nothing)" if group["gpus"] == 1 else ""
-        parts.append(
-            f"{group['gpus']} {name} on {len(group['hosts'])} node(s) pass{vacuous}: {medians}"
-        )
+        parts.append(f"{group['gpus']} {name} on {len(group['hosts'])} node(s) pass{vacuous}: {medians}")
     if verdict["not_gated"]:
         parts.append(
-            f"{verdict['not_gated']} CPU profile(s) recorded, not gated (a CPU figure is never judged as a GPU)"
+            f"{verdict['not_gated']} CPU profile(s) recorded, not gated "
+            "(a CPU figure is never judged as a GPU)"
         )
     if not verdict["gated"]:
         parts.insert(0, "no GPU judged")

@@ -68,7 +68,17 @@ def test_a_python_without_enginesim_parses_flags_from_the_archive(pyz: Path, tmp
 def test_cpu_calibration_runs_from_the_archive(pyz: Path, tmp_path: Path) -> None:
     out = tmp_path / "cpu"
     r = subprocess.run(
-        [sys.executable, "-I", str(pyz), "--out", str(out), "--device", "cpu", "--sections", "bandwidth,gemm"],
+        [
+            sys.executable,
+            "-I",
+            str(pyz),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--sections",
+            "bandwidth,gemm",
+        ],
         capture_output=True,
         text=True,
         timeout=240,

@@ -30,7 +30,15 @@ def profile(read: float = 1.0, gemm: float = 1.0, device: str = "cuda", name: st
 
 
 def record(host: str, gpu: str, doc: dict | None, exit_code: object = 0, **kw: object) -> dict:
-    return {"host": host, "gpu": gpu, "profile": doc, "exit_code": exit_code, "error": None, "log_tail": [], **kw}
+    return {
+        "host": host,
+        "gpu": gpu,
+        "profile": doc,
+        "exit_code": exit_code,
+        "error": None,
+        "log_tail": [],
+        **kw,
+    }
 
 
 def fleet(planted: dict[tuple[str, str], dict] | None = None) -> list[dict]:
@@ -78,7 +86,10 @@ def test_whole_fleet_below_datasheet_fails_every_gpu():
     """The fleet median cannot catch a fleet that is uniformly slow; the datasheet margin does."""
     v = judge_fleet([record("head", str(g), profile(gemm=0.8)) for g in range(8)], 0.10, 0.35)
     assert not v["passed"] and len(v["failures"]) == 8
-    assert "bf16 GEMM 602 TFLOP/s is 39.1% below the datasheet 989 TFLOP/s (h200; margin 35%)" in v["failures"][0]
+    assert (
+        "bf16 GEMM 602 TFLOP/s is 39.1% below the datasheet 989 TFLOP/s (h200; margin 35%)"
+        in v["failures"][0]
+    )
     assert judge_fleet([record("head", str(g), profile(gemm=0.8)) for g in range(8)], 0.10, 0.40)["passed"]
 
 
@@ -95,7 +106,8 @@ def test_missing_profile_fails_closed_quoting_the_log():
     recs = fleet()
     recs[3] = record(
         "head", "3", None, exit_code=2, error="/x/profile.json does not exist",
-        log_tail=["[calibrate] gemm ...", "python -m enginesim.calibrate: error: --device cuda: no CUDA device visible"],
+        log_tail=["[calibrate] gemm ...",
+                  "python -m enginesim.calibrate: error: --device cuda: no CUDA device visible"],
     )  # fmt: skip
     v = judge_fleet(recs, 0.10, 0.35)
     assert not v["passed"]
@@ -110,7 +122,9 @@ def test_nonzero_exit_with_profile_fails():
     recs[0]["exit_code"] = 1
     recs[0]["log_tail"] = ["SECTION attention FAILED: RuntimeError: CUDA error"]
     v = judge_fleet(recs, 0.10, 0.35)
-    assert v["failures"] == ["head GPU 0: calibration exited with 1 (SECTION attention FAILED: RuntimeError: CUDA error)"]
+    assert v["failures"] == [
+        "head GPU 0: calibration exited with 1 (SECTION attention FAILED: RuntimeError: CUDA error)"
+    ]
 
 
 def test_missing_figure_and_timeout_fail():
@@ -196,7 +210,10 @@ def test_module_fails_on_planted_gpu_and_writes_dest(run, tmp_path):
 
 
 def test_module_missing_dir_fails_and_check_mode_writes_nothing(run, tmp_path):
-    results = [write_gpu(tmp_path, "head", "0", profile()), {"host": "head", "gpu": "1", "dir": str(tmp_path / "nope")}]
+    results = [
+        write_gpu(tmp_path, "head", "0", profile()),
+        {"host": "head", "gpu": "1", "dir": str(tmp_path / "nope")},
+    ]
     dest = tmp_path / "gate.json"
     kind, res = run("gpu_health", {"results": results, "dest": str(dest)}, check_mode=True)
     assert kind == "fail" and res["dest_written"] is False and not dest.exists()
