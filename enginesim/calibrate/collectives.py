@@ -238,7 +238,8 @@ def environment(torch: Any, use_cuda: bool) -> dict[str, Any]:
         "nccl_env": {k: os.environ.get(k) for k in (*NCCL_ENV, "NCCL_DEBUG_SUBSYS")},
     }
     if use_cuda:
-        env["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+        ver = torch.cuda.nccl.version()  # a tuple in recent torch, an int (e.g. 21805) in older ones
+        env["nccl"] = ".".join(str(x) for x in ver) if isinstance(ver, tuple) else str(ver)
         env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         env["nvidia_smi_topo"] = _nvidia_smi_topo()
     else:
