@@ -119,3 +119,16 @@ def test_a_gpu_run_without_nvidia_smi_fails_naming_the_node(tmp_path: Path, pyz:
     assert "localhost: " in proc.stdout and "--query-gpu=index,name gave rc=" in proc.stdout
     assert "(rule: a GPU node lists its GPUs as 'index, name')" in proc.stdout
     assert not (results / "calgpu" / "calibration").exists()
+
+
+def test_a_value_that_would_reach_the_shell_is_refused_before_anything_runs(
+    tmp_path: Path, pyz: Path
+) -> None:
+    results = tmp_path / "results"
+    proc = playbook(
+        results, pyz, "--tags", "calibrate", "-e", "run_id=calbad",
+        extra={"calibrate_image": "img:1\ntouch /tmp/pwned", "calibrate_runtime": "docker"},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert 'calibrate_image="img:1\\ntouch /tmp/pwned" (rule: an image reference' in proc.stdout
+    assert not (results / "calbad" / "calibration").exists()
