@@ -9,24 +9,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.ports import free_port as free_port  # re-exported for the tests of this folder
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 PLAYBOOK = REPO / "quick_map.yml"
 LOCAL_INVENTORY = REPO / "inventory" / "local"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (127.0.0.1)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ansible_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -8,6 +8,7 @@ ended by PID, the shim's engines ended by their recorded PIDs, namespaces and br
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,6 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 RIG_ROOT = Path(os.environ.get("QM_RIG_ROOT", "/tmp"))
 DIR_PREFIX = "qm-rig-"
+# Held while a rig picks its subnet and builds, and while stale rigs are removed: parallel pytest workers
+# (xdist) and other checkouts then never pick the same /24 nor remove a rig that is half built.
+LOCK_FILE = RIG_ROOT / "qm-rig.lock"
 ROLES = ("head", "worker")
 # Stand-in RDMA character devices and HCAs per host (the dual inventory's allow-lists).
 RDMA_DEVICES = ("rdma_cm", "uverbs0", "uverbs3")
@@ -179,15 +184,13 @@ class Rig:
 
     @classmethod
     def create(cls) -> Rig:
-        """Allocate names and a subnet for a new rig (nothing is built until `up`)."""
+        """Allocate names for a new rig (the subnet is claimed, and everything built, in `up`)."""
         rig_id = secrets.token_hex(3)
-        subnet = netns.pick_subnet(int(rig_id, 16))
-        rail2 = ipaddress.ip_network(f"10.214.{subnet.network_address.packed[2]}.0/24")
         rig_dir = RIG_ROOT / f"{DIR_PREFIX}{rig_id}"
         rig = cls(
             rig_id=rig_id,
             dir=str(rig_dir),
-            subnet=str(subnet),
+            subnet="",
             bridge=f"{netns.PREFIX}b{rig_id}",
             rail2_bridge=f"{netns.PREFIX}c{rig_id}",
             owner_pid=os.getpid(),
@@ -195,18 +198,27 @@ class Rig:
         from .inventory import role_names  # the host names inventory/dual uses for head and worker
 
         names = role_names()
-        for index, role in enumerate(ROLES):
+        for role in ROLES:
             rig.hosts.append(
                 RigHost(
                     role=role,
                     name=names[role],
                     ns=f"{netns.PREFIX}-{rig_id}-{role}",
-                    address=str(subnet.network_address + 2 + index),
-                    rail2_address=str(rail2.network_address + 2 + index),
+                    address="",
+                    rail2_address="",
                     dir=str(rig_dir / role),
                 )
             )
         return rig
+
+    def _claim_subnet(self) -> None:
+        """Pick a /24 nothing uses now (call with the rig lock held) and give each host its addresses."""
+        subnet = netns.pick_subnet(int(self.rig_id, 16))
+        rail2 = ipaddress.ip_network(f"10.214.{subnet.network_address.packed[2]}.0/24")
+        self.subnet = str(subnet)
+        for index, host in enumerate(self.hosts):
+            host.address = str(subnet.network_address + 2 + index)
+            host.rail2_address = str(rail2.network_address + 2 + index)
 
     def save(self) -> None:
         """Write rig.json atomically (teardown and the CLI read it)."""
@@ -224,13 +236,15 @@ class Rig:
 
     def up(self) -> Rig:
         """Build the rig; on any failure tear down what was built and re-raise."""
-        self.path.mkdir(parents=True, exist_ok=False)
-        self.save()
-        try:
-            self._build()
-        except BaseException:
-            self.down()
-            raise
+        with rig_lock():
+            self._claim_subnet()
+            self.path.mkdir(parents=True, exist_ok=False)
+            self.save()
+            try:
+                self._build()
+            except BaseException:
+                self.down()
+                raise
         return self
 
     def _build(self) -> None:
@@ -393,8 +407,25 @@ def owner_alive(rig_dir: Path) -> bool:
     return procs.alive(pid) and "python" in " ".join(procs.cmdline(pid))
 
 
+@contextlib.contextmanager
+def rig_lock() -> Iterator[None]:
+    """An exclusive lock shared by every rig builder and cleaner on this machine (flock, freed on exit)."""
+    RIG_ROOT.mkdir(parents=True, exist_ok=True)
+    with LOCK_FILE.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def cleanup_stale(force: bool = False) -> list[str]:
     """Remove rigs left by crashed runs: dirs whose owner is gone, and orphan `qmr-*` namespaces/links."""
+    with rig_lock():
+        return _cleanup_stale(force)
+
+
+def _cleanup_stale(force: bool) -> list[str]:
     notes: list[str] = []
     live_ids: set[str] = set()
     for rig_dir in sorted(RIG_ROOT.glob(f"{DIR_PREFIX}*")):
