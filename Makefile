@@ -40,11 +40,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ansible-lint --profile production --offline
 
-# Both cores: each xdist worker takes whole test files, longest first (tests/conftest.py), and builds
-# its own rig. A single file or test: .venv/bin/pytest -q tests/<area>/... (no -n needed).
+# Both cores: each xdist worker takes whole test files (the rig files test by test), longest first
+# (tests/conftest.py), and builds its own rig. One area: .venv/bin/pytest -q tests/<area> (no -n needed).
 PYTEST_WORKERS ?= 2
 test: $(STAMP) system-deps zipapp lint
-	$(VENV)/bin/pytest -q -ra -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+	$(VENV)/bin/pytest -q -ra -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15
 
 # Speed and accuracy targets live here, not in timed tests. Run on a quiet box; each prints medians.
 bench: $(STAMP) zipapp
