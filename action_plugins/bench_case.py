@@ -107,6 +107,7 @@ class ActionModule(ActionBase):
         else:
             result.update(self._record_failure(args, ran, label, final_meta))
         result["plugin_wall_s"] = round(time.time() - started, 3)
+        result.update(case_dir=str(ctrl_dir), label=label)  # the console callback's case line
         result["plugin_ended_epoch_s"] = round(time.time(), 3)
         return result
 

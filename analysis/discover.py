@@ -19,7 +19,15 @@ from analysis.values import as_int
 BENCH_NAMES = ("bench.json", "bench.jsonl")
 FLAT_SUFFIXES = (".json", ".jsonl", ".log")
 # Files a run directory holds that are not client results (summarize's outputs, quickmap's state).
-NOT_RESULTS = ("manifest.json", "summary.jsonl", "meta.json", "phase.json", "lab.json", "run.log")
+NOT_RESULTS = (
+    "manifest.json",
+    "summary.jsonl",
+    "meta.json",
+    "phase.json",
+    "progress.json",
+    "lab.json",
+    "run.log",
+)
 AIPERF_SUMMARY_SUFFIX = "_aiperf.json"
 
 

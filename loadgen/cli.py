@@ -17,7 +17,7 @@ import time
 import urllib.parse
 from time import perf_counter_ns
 
-from . import __version__, arrivals, backends, datasets, results, runner, serverapi
+from . import __version__, arrivals, backends, datasets, progress, results, runner, serverapi
 from .httpconn import build_request
 from .tokenizer import TokenizerError, load_tokenizer
 
@@ -107,6 +107,7 @@ def make_parser() -> argparse.ArgumentParser:
     a("--disable-ignore-eos", action="store_true")
     a("--request-timeout", type=float, default=600.0, help="seconds; no request lasts longer")
     a("--phase-file", default=None)
+    a("--progress-file", default=None, help="JSON progress (completed/total, tok/s so far) every 2 s")
     a("--scrape-metrics", action="store_true", help="GET /metrics before and after the main phase")
     a("--flush-cache", action="store_true", help="flush the prefix cache before the main phase")
     a("--flush-timeout", type=float, default=60.0, help="keep retrying the flush this long (s)")
@@ -161,6 +162,10 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         d = os.path.dirname(os.path.abspath(args.phase_file))
         if not os.path.isdir(d):
             p.error(f"--phase-file: directory {d!r} does not exist")
+    if args.progress_file:
+        d = os.path.dirname(os.path.abspath(args.progress_file))
+        if not os.path.isdir(d):
+            p.error(f"--progress-file: directory {d!r} does not exist")
     if args.dataset_name == "shared-prefix" and args.num_prompts is None:
         args.num_prompts = args.gsp_num_groups * args.gsp_prompts_per_group
     if args.num_prompts is None:
@@ -312,8 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.scrape_metrics:
             metrics["before"], _ = serverapi.scrape(args.base_url)
         write_phase(args.phase_file, "main")
+        progress_file.start()
         log(MARKER)
 
+    progress_file = progress.ProgressFile(args.progress_file, len(main_items))
     if warm_items:
         log(f"Starting warmup with {len(warm_items)} sequences...")
     write_phase(args.phase_file, "warmup")
@@ -329,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         before_main,
         use_uvloop=not args.no_uvloop,
         kernel_ts=args.timestamps == "kernel",
+        on_progress=progress_file.update,
     )
     if refused:
         print(f"loadgen: run refused: --flush-cache: {refused[0]}", file=sys.stderr, flush=True)
@@ -337,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scrape_metrics and not out.interrupted:
         metrics["after"], _ = serverapi.scrape(args.base_url)
     write_phase(args.phase_file, "done")
+    progress_file.finish()
     server_metrics = None
     if metrics["before"] is not None and metrics["after"] is not None:
         server_metrics = {

@@ -85,8 +85,13 @@ def run(
     before_main: Callable[[], None],
     use_uvloop: bool = True,
     kernel_ts: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> RunOutcome:
-    """Fork ``workers`` processes, run warm-up (if any) and the main phase, collect the records."""
+    """Fork ``workers`` processes, run warm-up (if any) and the main phase, collect the records.
+
+    ``on_progress(completed, output_tokens_done)`` is called with the main phase's totals each time a
+    worker reports (about every 0.5 s); it must be cheap (it runs between pipe reads).
+    """
     out = RunOutcome()
     workers = max(1, min(workers, cap or workers, max(len(main), 1)))
     caps = split_cap(cap, workers)
@@ -119,6 +124,7 @@ def run(
     old_term = signal.signal(signal.SIGTERM, on_term)
     progress = Progress(len(main))
     done_counts = [0] * workers
+    done_tokens = [0] * workers
     live = set(range(workers))
 
     def collect(kind: str, phase: str | None = None) -> list[tuple]:
@@ -136,8 +142,11 @@ def run(
                     continue
                 if msg[0] == "progress":
                     done_counts[w] = msg[2]
+                    done_tokens[w] = msg[3]
                     if phase == "main":
                         progress.show(sum(done_counts))
+                        if on_progress is not None:
+                            on_progress(sum(done_counts), sum(done_tokens))
                 elif msg[0] == "error":
                     out.worker_errors.append(f"worker {w}: {msg[2]}")
                     live.discard(w)

@@ -89,6 +89,7 @@ class Worker:
         self.ready: deque[Req] = deque()
         self.finished: list[Req] = []
         self.ndone = 0
+        self.tokens_done = 0  # requested output tokens of requests that ended without error (progress)
         self.nstarted = 0
         self.total = 0
         self.dispatch_over = False
@@ -200,6 +201,8 @@ class Worker:
         req.payload = b""
         self.inflight -= 1
         self.ndone += 1
+        if req.error_class is None:
+            self.tokens_done += req.expected_output
         self.inflight_reqs.discard(req)
         if conn is not None and not conn.closed:
             self.idle.append(conn)
@@ -266,7 +269,7 @@ class Worker:
             r.sched_ns = start_ns + off
             reqs.append(r)
         self.finished = []
-        self.ndone = self.nstarted = 0
+        self.ndone = self.nstarted = self.tokens_done = 0
         self.total = len(reqs)
         self.dispatch_over = False
         self.phase_fut = self.loop.create_future()
@@ -344,7 +347,7 @@ async def _serve(spec: WorkerSpec, pipe) -> None:
     async def progress() -> None:
         while True:
             await asyncio.sleep(0.5)
-            pipe.send(("progress", spec.wid, worker.ndone))
+            pipe.send(("progress", spec.wid, worker.ndone, worker.tokens_done))
 
     while True:
         msg = await inbox.get()
@@ -358,6 +361,7 @@ async def _serve(spec: WorkerSpec, pipe) -> None:
                 recs, lags, newc = await worker.run_phase(items, start_ns)
             finally:
                 ptask.cancel()
+            pipe.send(("progress", spec.wid, worker.ndone, worker.tokens_done))  # the final counts
             pipe.send(("done", spec.wid, phase, recs, lags, newc, worker.stopping, KConn.unstamped_reads))
     worker.close()
 

@@ -629,3 +629,43 @@ def test_progress_bar_only_on_a_terminal(lg, tmp_path):
         os.close(master)
     assert p.returncode == 0
     assert b"\r[" in seen and b"6/6" in seen
+
+
+def test_progress_file_counts_while_the_main_phase_runs(tmp_path):
+    """--progress-file: rewritten while requests complete (completed/total, tok/s so far), done at the end."""
+    progress = tmp_path / "progress.json"
+    with FakeServer(ttft=0.05, itl=0.05) as srv:
+        args = ["--backend", "sglang", "--base-url", srv.url, "--num-prompts", "24", "--max-concurrency", "2"]
+        args += [*BASE, "--output-file", str(tmp_path / "bench.json"), "--progress-file", str(progress)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen", *args],
+            cwd=ROOT,
+            env={**os.environ, "LC_ALL": "C.UTF-8"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seen: list[dict] = []
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            if progress.exists():
+                snap = json.loads(progress.read_text())
+                if not seen or snap != seen[-1]:
+                    seen.append(snap)
+            time.sleep(0.1)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    running = [s for s in seen if s["phase"] == "main" and 0 < s["completed"] < s["total"]]
+    assert running, seen  # 24 requests, 2 at a time, ~0.4 s each: several snapshots mid-run
+    snap = running[-1]
+    assert snap["total"] == 24 and snap["output_tokens_done"] == 8 * snap["completed"]
+    assert snap["output_tok_s"] == pytest.approx(snap["output_tokens_done"] / snap["elapsed_s"], rel=0.01)
+    final = json.loads(progress.read_text())
+    assert final["phase"] == "done" and final["completed"] == 24 and final["output_tokens_done"] == 24 * 8
+
+
+def test_progress_file_in_a_missing_directory_is_refused(lg, tmp_path):
+    cp, _ = lg(
+        ["--backend", "sglang", "--port", "9", "--progress-file", str(tmp_path / "no" / "p.json")], out=False
+    )
+    assert cp.returncode == 2 and "--progress-file: directory" in cp.stderr
