@@ -44,7 +44,7 @@ lint: $(STAMP)
 # (tests/conftest.py), and builds its own rig. One area: .venv/bin/pytest -q tests/<area> (no -n needed).
 PYTEST_WORKERS ?= 2
 test: $(STAMP) system-deps zipapp lint
-	$(VENV)/bin/pytest -q -ra -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15
+	$(VENV)/bin/pytest -q -ra -n $(PYTEST_WORKERS) --durations=15
 
 # Speed and accuracy targets live here, not in timed tests. Run on a quiet box; each prints medians.
 bench: $(STAMP) zipapp

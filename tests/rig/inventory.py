@@ -112,6 +112,10 @@ def host_overrides(rig: Rig, role: str) -> dict:
         "ansible_async_dir": str(host.path / "home" / ".ansible_async"),
         # --- where things live on this host (never shared with the other host or the controller)
         "quickmap_node_results_dir": str(host.work_dir),
+        # The node's tarballs (run, calibration) go to the host's own tmp, not the machine-wide /tmp that
+        # every rig host shares: two rigs at once (xdist workers, another checkout) run the same run ids.
+        "collect_tmp_dir": str(host.path / "tmp"),
+        "calibrate_tmp_dir": str(host.path / "tmp"),
         "quickmap_results_dir": str(rig.path / "controller" / "results"),
         # The client zipapp needs httpx: the node's python is the project venv on the rig.
         "quickmap_node_python": str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"),
