@@ -51,7 +51,7 @@ options:
 """
 
 # Tasks that only set up other tasks: a phase where nothing else ran says `skipped` (a play left out
-# by --tags still runs its `always` bookkeeping).
+# by --tags still runs its `always` bookkeeping: role argument validation, includes).
 _SETUP_ACTIONS = frozenset(
     f"{prefix}{name}"
     for prefix in ("", "ansible.builtin.", "ansible.legacy.")
@@ -62,6 +62,7 @@ _SETUP_ACTIONS = frozenset(
         "import_tasks",
         "include_vars",
         "set_fact",
+        "validate_argument_spec",
         "meta",
     )
 )
