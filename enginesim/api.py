@@ -7,11 +7,14 @@ engines; every status code, error body and stream chunk here follows engine-surf
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import sys
 import time
 import uuid
 from typing import Any
 
+from . import pacing
 from .engine import Engine, Req
 from .httpserver import Conn, Request, Response
 from .metrics import Exposition
@@ -113,6 +116,32 @@ OAI_FIELDS = {
 }
 
 
+def _pace_workload(obj: dict[str, Any]) -> list[str]:
+    """The replay flags of a pace request: {isl, osl, num_prompts, concurrency?, request_rate?, seed?}."""
+    args: list[str] = []
+    for key, required in (("isl", True), ("osl", True), ("num_prompts", True), ("concurrency", False)):
+        v = obj.get(key)
+        if v is None and not required:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ApiError(400, f"{key} must be an integer >= 1, got {v!r}")
+        args += [f"--{key.replace('_', '-')}", str(v)]
+    rate = obj.get("request_rate")
+    if rate is not None and str(rate).strip().lower() != "inf":
+        try:
+            value = float(rate)
+        except (TypeError, ValueError):
+            value = math.nan
+        if isinstance(rate, bool) or not 0 < value < math.inf:
+            raise ApiError(400, f"request_rate must be a number > 0 or 'inf', got {rate!r}")
+        args += ["--request-rate", repr(value)]
+    seed = obj.get("seed", 1)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ApiError(400, f"seed must be an integer, got {seed!r}")
+    args += ["--seed", str(seed)]
+    return args
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
         super().__init__(message)
@@ -152,6 +181,7 @@ class App:
             ("POST", "/tokenize"): self.tokenize,
             ("POST", "/detokenize"): self.detokenize,
             ("GET", "/version"): self.version,
+            ("POST", "/enginesim/pace"): self.pace,
         }
         if sgl:
             r.update(
@@ -178,6 +208,7 @@ class App:
             del r[("GET", "/metrics")]
         self.routes = r
         self.paths = {p for _, p in r}
+        self.replays: dict[tuple[str, ...], dict[str, Any]] = {}
 
     # ---- plumbing -----------------------------------------------------------------------------------
     def dispatch(self, req: Request, conn: Conn) -> None:
@@ -673,11 +704,89 @@ class App:
 
     # ---- /metrics ----
     def metrics(self, req: Request, conn: Conn) -> Response:
-        return Response(
-            200,
-            (self._sgl_metrics() if self.sgl else self._vllm_metrics()).encode(),
-            "text/plain; version=0.0.4; charset=utf-8",
+        text = (self._sgl_metrics() if self.sgl else self._vllm_metrics()) + self._sim_metrics()
+        return Response(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _sim_metrics(self) -> str:
+        """The emulator's own pacing evidence, under `enginesim:` (no real engine has these names)."""
+        ev = self.e.evidence
+        x = Exposition()
+        for name, kind, help_, value in (
+            ("time_scale", "gauge", "Wall seconds per emulated second now.", ev.scale),
+            (
+                "time_scale_auto",
+                "gauge",
+                "1 when /enginesim/pace sets each case's scale.",
+                self.cfg.sim.auto_scale,
+            ),
+            ("time_scale_changes_total", "counter", "Time scale changes.", ev.scale_changes),
+            ("emulated_seconds_total", "counter", "Emulated seconds of the written steps.", ev.emulated_s),
+            ("wall_seconds_total", "counter", "Wall seconds busy (first arrival to last write).", ev.wall_s),
+            ("slip_seconds_total", "counter", "Wall seconds the schedule moved (loop behind).", ev.slip_s),
+            ("slips_total", "counter", "Schedule moves (more than one step behind).", ev.slips),
+            ("steps_total", "counter", "Steps written.", ev.steps),
+            ("events_total", "counter", "Request events written (one per request per step).", ev.events),
+            ("write_seconds_total", "counter", "Wall seconds spent writing steps.", ev.write_s),
+            ("cpu_seconds_total", "counter", "CPU seconds of this process.", pacing.process_cpu_s()),
+            ("sched_slice_seconds", "gauge", "Kernel time slice requested (0: the default).", ev.slice_s),
+        ):
+            x.metric(f"enginesim:{name}", kind, help_, [("", float(value))])
+        x.hist("enginesim:step_lag_steps", "A step's write behind its deadline, in steps.", "", ev.lag_steps)
+        x.hist("enginesim:step_lag_seconds", "A step's write behind its deadline.", "", ev.lag_seconds)
+        return x.text()
+
+    # ---- /enginesim/pace (emulator only) ----
+    async def pace(self, req: Request, conn: Conn) -> Response:
+        """Choose and apply the time scale for the next case from its replay and a box calibration."""
+        obj = self.body(req)
+        w = _pace_workload(obj)
+        backend = obj.get("backend", "sglang" if self.sgl else "vllm")
+        if not isinstance(backend, str):
+            raise ApiError(400, f"backend must be a string, got {backend!r}")
+        e = self.e
+        out: dict[str, Any] = {"applied": False, "time_scale": e.scale, "auto": self.cfg.sim.auto_scale}
+        if not self.cfg.sim.auto_scale:
+            out["reason"] = "the time scale is pinned by --sim-time-scale / ENGINESIM_TIME_SCALE"
+            return Response(200, dumps(out))
+        if not e.idle():
+            out["reason"] = "requests are running: a case keeps one time scale"
+            return Response(200, dumps(out))
+        try:
+            replayed = await self._replay(w)
+        except RuntimeError as ex:
+            raise ApiError(400, f"replay failed: {ex}") from None
+        box = pacing.calibrate()
+        scale, why = pacing.choose_scale(replayed["enginesim_replay"], box, backend)
+        if not e.set_scale(scale):
+            out["reason"] = "requests arrived meanwhile: a case keeps one time scale"
+            return Response(200, dumps(out))
+        out.update(why)
+        out["applied"] = True
+        out["replay"] = {k: v for k, v in replayed.items() if k.endswith("_ms") or k.endswith("_throughput")}
+        out["replay_profile"] = replayed["enginesim_replay"]
+        e.log.info(
+            f"enginesim: time scale {scale} for the next case (set by {why['set_by']}; needs {why['needs']}; "
+            f"box {why['box']})",
+            rank=False,
         )
+        return Response(200, dumps(out))
+
+    async def _replay(self, w: list[str]) -> dict[str, Any]:
+        key = tuple(w)
+        hit = self.replays.get(key)
+        if hit is not None:
+            return hit
+        argv = [a for a in self.cfg.argv]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "enginesim", "replay", *argv, *w,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"])
+        res = loads(out)
+        self.replays[key] = res
+        return res
 
     def _sgl_metrics(self) -> str:
         e, st = self.e, self.e.stats

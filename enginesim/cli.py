@@ -25,6 +25,7 @@ class SimKnobs:
     """Emulator-only knobs (ENGINESIM_* env or --sim-* flags; the flag wins)."""
 
     time_scale: float = 1.0
+    auto_scale: bool = False  # "auto": each case's scale is chosen by POST /enginesim/pace
     hardware: str = "h200"
     hw_override: dict[str, Any] = field(default_factory=dict)
     ib_dir: str = "/sys/class/infiniband"
@@ -78,7 +79,7 @@ class Config:
 
 def _add_sim_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("enginesim (emulator-only knobs; env ENGINESIM_* is the fallback)")
-    g.add_argument("--sim-time-scale", type=float, default=None)
+    g.add_argument("--sim-time-scale", type=_scale, default=None, help="wall s per emulated s, or auto")
     g.add_argument("--sim-hardware", choices=catalog.hardware_keys(), default=None)
     g.add_argument("--sim-hw-json", default=None, help="JSON object or file overriding hardware fields")
     g.add_argument("--sim-ib-dir", default=None)
@@ -87,6 +88,22 @@ def _add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sim-start-delay-s", type=float, default=None)
     g.add_argument("--sim-hang-after", type=int, default=None)
     g.add_argument("--sim-seed", type=int, default=None)
+
+
+AUTO_INITIAL_SCALE = 1.0  # the scale of an `auto` server until its first /enginesim/pace
+
+
+def _scale(v: str) -> float:
+    """A time scale: a number, or `auto` (returned as -1.0)."""
+    if v.strip().lower() == "auto":
+        return -1.0
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 or 'auto', got {v!r}") from None
+    if not x > 0 or x != x or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0 or 'auto', got {v!r}")
+    return x
 
 
 def _bool_str(v: str) -> bool:
@@ -113,8 +130,11 @@ def _sim_knobs(ns: argparse.Namespace, env: dict[str, str], err: Any) -> SimKnob
         return val
 
     k = SimKnobs()
-    v = pick(ns.sim_time_scale, "ENGINESIM_TIME_SCALE", float, "a number > 0", lambda x: x > 0)
-    if v is not None:
+    v = pick(ns.sim_time_scale, "ENGINESIM_TIME_SCALE", _scale_env, "a number > 0 or auto", lambda x: True)
+    if v is not None and v < 0:
+        k.auto_scale = True
+        k.time_scale = AUTO_INITIAL_SCALE
+    elif v is not None:
         k.time_scale = v
     keys = catalog.hardware_keys()
     v = pick(ns.sim_hardware, "ENGINESIM_HARDWARE", str, f"one of {', '.join(keys)}", lambda x: x in keys)
@@ -150,6 +170,13 @@ def _sim_knobs(ns: argparse.Namespace, env: dict[str, str], err: Any) -> SimKnob
     if v is not None:
         k.seed = v
     return k
+
+
+def _scale_env(v: str) -> float:
+    try:
+        return _scale(v)
+    except argparse.ArgumentTypeError:
+        raise ValueError(v) from None
 
 
 def _positive(name: str) -> Any:

@@ -184,13 +184,18 @@ class Histogram:
     def lines(self, name: str, labels: str) -> list[str]:
         out = []
         acc = 0
+        sep = "," if labels else ""
         for b, c in zip(self.buckets, self.counts, strict=False):
             acc += c
-            out.append(f'{name}_bucket{{{labels},le="{float(b)}"}} {float(acc)}')
-        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(self.n)}')
-        out.append(f"{name}_sum{{{labels}}} {self.sum}")
-        out.append(f"{name}_count{{{labels}}} {float(self.n)}")
+            out.append(f'{name}_bucket{{{labels}{sep}le="{float(b)}"}} {float(acc)}')
+        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {float(self.n)}')
+        out.append(f"{name}_sum{_braces(labels)} {self.sum}")
+        out.append(f"{name}_count{_braces(labels)} {float(self.n)}")
         return out
+
+
+def _braces(labels: str) -> str:
+    return f"{{{labels}}}" if labels else ""
 
 
 class Exposition:
@@ -204,7 +209,7 @@ class Exposition:
         self.lines.append(f"# HELP {base} {help_}")
         self.lines.append(f"# TYPE {base} {kind}")
         for labels, value in samples:
-            self.lines.append(f"{name}{{{labels}}} {float(value)}")
+            self.lines.append(f"{name}{_braces(labels)} {float(value)}")
 
     def hist(self, name: str, help_: str, labels: str, h: Histogram) -> None:
         self.lines.append(f"# HELP {name} {help_}")

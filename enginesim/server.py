@@ -16,10 +16,10 @@ import sys
 from typing import Any
 
 from . import api, capacity, catalog, cli, cluster, nccl
-from .costmodel import CostModel
 from .engine import Engine
 from .httpserver import serve
 from .logs import Logger
+from .scheduler import build_cost
 from .tokenizer import Tokenizer
 
 
@@ -157,18 +157,7 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
     if cfg.node_rank > 0:
         return await _worker(cfg, log, env, nccl_info, local_ranks, stop)
 
-    cost = CostModel(
-        model,
-        hw,
-        cfg.tp,
-        cfg.ep,
-        cfg.nnodes,
-        cap.kv_bytes_per_token,
-        cfg.cuda_graph,
-        cfg.cuda_graph_max_bs,
-        graph_covers_mixed=cfg.flavour == "vllm",
-    )
-    engine = Engine(cfg, model, cap, cost, log)
+    engine = Engine(cfg, model, cap, build_cost(cfg, model, hw, cap), log)
     tok = Tokenizer(model.vocab)
     info: dict[str, Any] = {k: v for k, v in cfg.raw.items() if not k.startswith("sim_")}
     info.update(
@@ -277,7 +266,7 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
     lag = engine.lag_summary()
     log.raw(
         f"enginesim: sched_lag_ms p50={lag['p50']} p99={lag['p99']} max={lag['max']} steps={lag['steps']} "
-        f"events={engine.stats.events}"
+        f"events={engine.stats.events} slips={engine.evidence.slips}"
     )
     return 0
 
