@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analysis import atomic
+from analysis import atomic, emulation
 from analysis.atomic import read_json_object
 from analysis.discover import Entry, discover
 from analysis.errors import InputError
@@ -40,6 +40,7 @@ SUMMARY_COLUMNS = [
     "request_throughput", "input_throughput", "output_throughput", "total_throughput",
     *[f"{m}_{s}_ms" for m in METRICS for s in STATS],
     *[f"{m}_source" for m in METRICS],
+    *emulation.COLUMNS,
 ]  # fmt: skip
 AGG_METRICS = [
     "request_throughput", "input_throughput", "output_throughput", "total_throughput",
@@ -48,6 +49,7 @@ AGG_METRICS = [
 AGG_COLUMNS = [
     "suite", "case_id", "role", "stage", "isl", "osl", "concurrency", "num_prompts",
     "n_reps", "n_unknown", "metric", "mean", "std", "cv", "ci95_low", "ci95_high",
+    "emulation_verdict", "time_scales",
 ]  # fmt: skip
 AB_METRICS = (
     ("output_throughput", "output tok/s", "mean over reps", None, None),
@@ -393,6 +395,7 @@ def summarize(run_dir: str | Path) -> str:
     datas: dict[int, BenchData] = {}
     for i, e in enumerate(entries):
         row = _base_row(e)
+        emulation.attach(row, e.dir)
         data: BenchData | None = None
         if e.bench is not None:
             res = next(results)
@@ -408,14 +411,19 @@ def summarize(run_dir: str | Path) -> str:
         _verify_completed(row, data)
         rows.append(row)
     injections = _check_overlap(rows, datas, entries)
-    agg = aggregate(rows)
-    ab, ab_info = ab_table(rows, datas)
+    # Emulated cases: aggregates, A/B, plots and report in the emulated hardware's units, per verdict;
+    # summary.csv keeps the wall-clock figures as measured (analysis/emulation.py).
+    e_rows, e_datas, e_inj, emulated = emulation.view(rows, datas, injections, entries)
+    agg = emulation.aggregate_by_verdict(e_rows, aggregate)
+    ab, ab_info = ab_table(e_rows, e_datas)
 
     from analysis import plots, report  # matplotlib only now that the inputs are known good
 
     plot_dir = run_dir / "plots"
-    plot_files = plots.make_all(plot_dir, rows, agg, ab, entries, datas, injections)
-    text = report.render(run_dir, manifest, rows, agg, ab, ab_info, plot_files)
+    plot_files = plots.make_all(plot_dir, e_rows, agg, ab, entries, e_datas, e_inj, emulated)
+    for row, e_row in zip(rows, e_rows, strict=True):
+        row["status_note"] = e_row["status_note"]
+    text = report.render(run_dir, manifest, e_rows, agg, ab, ab_info, plot_files)
     atomic.write_text(run_dir / "summary.csv", _csv(rows, SUMMARY_COLUMNS))
     atomic.write_bytes(run_dir / "summary.jsonl", _jsonl(rows))
     atomic.write_text(run_dir / "aggregate.csv", _csv(agg, AGG_COLUMNS))
