@@ -756,7 +756,9 @@ class App:
         except RuntimeError as ex:
             raise ApiError(400, f"replay failed: {ex}") from None
         box = pacing.calibrate()
-        scale, why = pacing.choose_scale(replayed["enginesim_replay"], box, backend)
+        scale, why = pacing.choose_scale(
+            replayed["enginesim_replay"], box, backend, self.cfg.sim.pace_max_case_s
+        )
         if not e.set_scale(scale):
             out["reason"] = "requests arrived meanwhile: a case keeps one time scale"
             return Response(200, dumps(out))

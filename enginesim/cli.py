@@ -26,6 +26,7 @@ class SimKnobs:
 
     time_scale: float = 1.0
     auto_scale: bool = False  # "auto": each case's scale is chosen by POST /enginesim/pace
+    pace_max_case_s: float | None = None  # auto: no case's chosen scale makes it longer than this
     hardware: str = "h200"
     hw_override: dict[str, Any] = field(default_factory=dict)
     ib_dir: str = "/sys/class/infiniband"
@@ -80,6 +81,7 @@ class Config:
 def _add_sim_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("enginesim (emulator-only knobs; env ENGINESIM_* is the fallback)")
     g.add_argument("--sim-time-scale", type=_scale, default=None, help="wall s per emulated s, or auto")
+    g.add_argument("--sim-pace-max-case-s", type=float, default=None)
     g.add_argument("--sim-hardware", choices=catalog.hardware_keys(), default=None)
     g.add_argument("--sim-hw-json", default=None, help="JSON object or file overriding hardware fields")
     g.add_argument("--sim-ib-dir", default=None)
@@ -136,6 +138,9 @@ def _sim_knobs(ns: argparse.Namespace, env: dict[str, str], err: Any) -> SimKnob
         k.time_scale = AUTO_INITIAL_SCALE
     elif v is not None:
         k.time_scale = v
+    k.pace_max_case_s = pick(
+        ns.sim_pace_max_case_s, "ENGINESIM_PACE_MAX_CASE_S", float, "a number > 0", lambda x: x > 0
+    )
     keys = catalog.hardware_keys()
     v = pick(ns.sim_hardware, "ENGINESIM_HARDWARE", str, f"one of {', '.join(keys)}", lambda x: x in keys)
     if v is not None:

@@ -43,16 +43,20 @@ class Workload:
     seed: int = 1
     shared_groups: int = 0
     shared_len: int = 0
+    # extra requests outside the client's concurrency and figures (the A/B's injection, sent by its own
+    # client): (isl, osl, emulated send time)
+    inject: tuple[tuple[int, int, float], ...] = ()
 
 
 class _Record:
     """What the client sees of one request: send time, each content event's time and token count."""
 
-    __slots__ = ("done", "due", "end", "index", "out", "send", "times", "tokens")
+    __slots__ = ("done", "due", "end", "extra", "index", "out", "send", "times", "tokens")
 
-    def __init__(self, index: int, due: float) -> None:
+    def __init__(self, index: int, due: float, extra: bool = False) -> None:
         self.index = index
         self.due = due
+        self.extra = extra
         self.send = 0.0
         self.end = 0.0
         self.out = 0
@@ -80,7 +84,8 @@ class _Sink:
             self.rec.out = n
             self.rec.end = self.client.now
             self.rec.done = True
-            self.client.in_flight -= 1
+            if not self.rec.extra:
+                self.client.in_flight -= 1
 
     def fail(self, r: Req, message: str) -> None:  # pragma: no cover - no faults in a replay
         raise RuntimeError(f"replay request {self.rec.index} failed: {message}")
@@ -92,6 +97,7 @@ class _Client:
         self.now = 0.0
         self.in_flight = 0
         self.out_sum = 0  # sum over events of the output length so far (a cumulative event's size)
+        self.injected: list[tuple[_Record, int]] = []
         self.vocab = vocab
         rng = random.Random(w.seed)
         self.rng = rng
@@ -103,6 +109,10 @@ class _Client:
             self.records.append(_Record(i, due))
         self.prefixes = [self._ids(w.shared_len) for _ in range(w.shared_groups)]
         self.next = 0
+        self.extras = sorted(
+            ((_Record(-1 - i, at, extra=True), isl, osl) for i, (isl, osl, at) in enumerate(w.inject)),
+            key=lambda x: x[0].due,
+        )
 
     def _ids(self, n: int) -> list[int]:
         rand = self.rng.randrange
@@ -116,10 +126,23 @@ class _Client:
         return self._ids(w.isl)
 
     def next_due(self) -> float | None:
-        return self.records[self.next].due if self.next < len(self.records) else None
+        due = [self.records[self.next].due] if self.next < len(self.records) else []
+        due += [rec.due for rec, _, _ in self.extras]
+        return min(due) if due else None
+
+    def send_extras(self, sched: Scheduler, until: float) -> None:
+        while self.extras and self.extras[0][0].due <= until:
+            rec, isl, osl = self.extras.pop(0)
+            rec.send = rec.due
+            saved = self.now
+            self.now = rec.send
+            sched.submit(Req(f"replay-extra-{-rec.index}", self._ids(isl), osl, True, _Sink(self, rec)))
+            self.now = saved
+            self.injected.append((rec, isl))
 
     def send_ready(self, sched: Scheduler, until: float) -> None:
         """Send every request that is due by `until` while a slot is free; each arrives at its send time."""
+        self.send_extras(sched, until)
         limit = self.w.concurrency or len(self.records)
         while self.next < len(self.records) and self.in_flight < limit:
             rec = self.records[self.next]
@@ -175,6 +198,17 @@ def run(cfg: cli.Config, w: Workload) -> dict[str, Any]:
         t = end
         client.send_ready(sched, t)  # closed loop: finished requests' slots refill at the step's end
     res = summarise(w, client.records, steps)
+    if client.injected:
+        res["injected"] = [
+            {
+                "isl": len_in,
+                "send_s": rec.send,
+                "ttft_ms": (rec.times[0] - rec.send) * 1e3 if rec.times else None,
+                "e2e_ms": (rec.times[-1] - rec.send) * 1e3 if rec.times else None,
+                "output_tokens": rec.out,
+            }
+            for rec, len_in in client.injected
+        ]
     events = res["enginesim_replay"]["events"]
     res["enginesim_replay"]["mean_out_len"] = client.out_sum / events if events else 0.0
     return res
@@ -332,6 +366,21 @@ def _shared(v: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def _inject(v: str) -> tuple[int, int, float]:
+    lens, _, at = v.partition("@")
+    parts = lens.split(":")
+    try:
+        isl, osl, t = int(parts[0]), int(parts[1]), float(at)
+        ok = len(parts) == 2 and isl > 0 and osl > 0 and 0 <= t < math.inf
+    except (ValueError, IndexError):
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"--inject must be ISL:OSL@SECONDS (integers > 0, emulated seconds >= 0), got {v!r}"
+        )
+    return isl, osl, t
+
+
 def workload_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m enginesim replay", add_help=False, allow_abbrev=False)
     a = p.add_argument
@@ -342,12 +391,14 @@ def workload_parser() -> argparse.ArgumentParser:
     a("--request-rate", type=_rate, default=None)
     a("--seed", type=int, default=1)
     a("--shared-prefix", type=_shared, default=None, metavar="GROUPS:PREFIX_LEN")
+    a("--inject", type=_inject, action="append", default=[], metavar="ISL:OSL@SECONDS")
     return p
 
 
 USAGE = (
     "usage: python -m enginesim replay {sglang <flags> | vllm serve <model> <flags>} --isl N --osl N "
-    "[--concurrency N] --num-prompts N [--request-rate R] [--seed S] [--shared-prefix GROUPS:PREFIX_LEN]\n"
+    "[--concurrency N] --num-prompts N [--request-rate R] [--seed S] [--shared-prefix GROUPS:PREFIX_LEN] "
+    "[--inject ISL:OSL@SECONDS]...\n"
 )
 
 
@@ -362,7 +413,17 @@ def parse(argv: list[str]) -> tuple[cli.Config, Workload]:
     if ns.shared_prefix and ns.shared_prefix[1] >= ns.isl:
         wp.error(f"--shared-prefix prefix length {ns.shared_prefix[1]} must be below --isl {ns.isl}")
     groups, plen = ns.shared_prefix or (0, 0)
-    w = Workload(ns.isl, ns.osl, ns.concurrency, ns.num_prompts, ns.request_rate, ns.seed, groups, plen)
+    w = Workload(
+        ns.isl,
+        ns.osl,
+        ns.concurrency,
+        ns.num_prompts,
+        ns.request_rate,
+        ns.seed,
+        groups,
+        plen,
+        tuple(ns.inject),
+    )
     return cfg, w
 
 
