@@ -32,6 +32,7 @@ from .costmodel import CostModel
 from .httpserver import HOLD, flush_held, flush_pending
 from .logs import Logger
 from .pacing import (
+    ARRIVAL_QUIET_S,
     BLOCKING_SLEEP_MAX_S,
     COARSE_MARGIN_S,
     GRACE_FRACTION,
@@ -63,6 +64,10 @@ class Engine(Scheduler):
         self._gather_until = 0
 
     # ---- hooks of the scheduler -------------------------------------------------------------------
+    def submit(self, r: Req) -> None:
+        super().submit(r)
+        r.mark = self.evidence.slip_s
+
     def _notify(self) -> None:
         self.wake.set()
         fut = self._gather
@@ -90,6 +95,27 @@ class Engine(Scheduler):
         return True
 
     # ---- the loop -------------------------------------------------------------------------------------
+    def first_step_budget(self) -> int:
+        """Prompt tokens one prefill step takes (SGLang: the chunk or --max-prefill-tokens; vLLM: the
+        token budget): a burst that fills it needs no more waiting."""
+        return self.cfg.chunk or self.cfg.max_prefill_tokens
+
+    async def _wait_burst(self, timeout: float) -> None:
+        """Let a burst of requests sent together land: wait while they keep arriving (a quiet period of
+        ARRIVAL_QUIET_S ends it) until they fill a first step, at most `timeout` wall seconds. The rest
+        are read while that step runs: they join later steps anyway."""
+        end = time.perf_counter() + timeout
+        budget = self.first_step_budget()
+        while True:
+            rest = end - time.perf_counter()
+            waiting = self.waiting
+            if rest <= 0 or len(waiting) >= self.max_running or sum(len(r.ctx) for r in waiting) >= budget:
+                return
+            seen = self.submitted
+            await self._wait_arrivals(1, min(rest, ARRIVAL_QUIET_S))
+            if self.submitted == seen:
+                return
+
     async def _wait_arrivals(self, n: int, timeout: float) -> None:
         """Wait until `n` more requests were submitted, or `timeout` wall seconds."""
         if timeout <= 0:
@@ -129,8 +155,7 @@ class Engine(Scheduler):
                 if head is not None:
                     n = min(len(head.ctx), self.cfg.chunk or len(head.ctx))
                     alone = self.cost.step([(n, 0)], 0, 0, 0).total * self.scale
-                    window = min(GRACE_MAX_S, GRACE_FRACTION * alone) - (perf() - first)
-                    await self._wait_arrivals(1 << 30, window)
+                    await self._wait_burst(min(GRACE_MAX_S, GRACE_FRACTION * alone) - (perf() - first))
             prefill, decode, dec_tokens, dec_ctx = self.plan()
             if not prefill and not decode:
                 # nothing schedulable (KV blocked); wait for a finish/abort or new capacity
@@ -144,9 +169,11 @@ class Engine(Scheduler):
             length = c.total * scale
             start = self.wall0 + self.sim_t * scale
             now = perf()
+            slipped = 0.0
             if now - start > length:  # more than one step behind: move the schedule, never burst
-                ev.slip(now - start)
-                self.wall0 += now - start
+                slipped = now - start
+                ev.slip(slipped)
+                self.wall0 += slipped
                 start = now
             self.sim_t += c.total
             deadline = start + length
@@ -169,7 +196,11 @@ class Engine(Scheduler):
             if self.dead:
                 continue
             self.last_step_wall = done
-            ev.step(c.total, length, wrote - deadline, done - wrote, done, len(decode) + len(prefill))
+            # a slipped step was late by the slip too: the evidence counts lateness against the schedule
+            late = wrote - deadline + slipped
+            ev.step(c.total, length, late, done - wrote, done, len(decode) + len(prefill))
+            if self.last_first_tokens:
+                ev.first_token_step(length, late, wrote - deadline, done, self.last_first_tokens)
             grace = GRACE_FRACTION * min(length, short or length)
             short = length
             # the requests the finished ones make room for come back within the grace window

@@ -29,7 +29,9 @@ COARSE_MARGIN_S = 0.005
 # After a step that finished requests, wait at most this fraction of the step (and GRACE_MAX_S) for
 # the requests a closed-loop client sends in their place, before planning the next step.
 GRACE_FRACTION = 0.5
-GRACE_MAX_S = 0.004
+GRACE_MAX_S = 0.03
+# At the start of a busy period (a burst sent together), the wait ends after this long without arrivals.
+ARRIVAL_QUIET_S = 0.003
 # Lateness of a step's write behind its deadline, in units of that step's own wall length.
 LAG_STEP_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0]
 LAG_SECONDS_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1]
@@ -50,9 +52,13 @@ class Evidence:
         self.write_s = 0.0
         self.lag_steps = Histogram(LAG_STEP_BUCKETS)
         self.lag_seconds = Histogram(LAG_SECONDS_BUCKETS)
+        self.first_token_lag_steps = Histogram(LAG_STEP_BUCKETS)  # steps that ended some request's TTFT
         self.lags: collections.deque[float] = collections.deque(maxlen=20000)
         self.lag_max = 0.0
         self.slice_s = 0.0
+        self.first_tokens = 0
+        self.ttft_wall_s = 0.0  # sum of TTFTs as this server saw them (arrival to first write)
+        self.ttft_late_s = 0.0  # the part of them that was the emulator's lateness
         self._last = 0.0
 
     def set_scale(self, scale: float) -> None:
@@ -83,6 +89,19 @@ class Evidence:
         if lag > self.lag_max:
             self.lag_max = lag
 
+    def first_token_step(
+        self, length: float, lag: float, write_late: float, done: float, reqs: list[Any]
+    ) -> None:
+        """A step that ended some requests' TTFT: how much of each TTFT was the emulator's lateness
+        (the slips since the request arrived, and this step's own late write)."""
+        self.first_token_lag_steps.observe(max(lag, 0.0) / length if length > 0 else 0.0)
+        for r in reqs:
+            if r.health:
+                continue
+            self.first_tokens += 1
+            self.ttft_wall_s += done - r.arrival
+            self.ttft_late_s += (self.slip_s - r.mark) + max(write_late, 0.0)
+
     def lag_summary(self) -> dict[str, float]:
         lags = sorted(self.lags)
         if not lags:
@@ -111,14 +130,24 @@ class Box:
         }
 
 
-def calibrate(spin_s: float = 0.02, sleeps: int = 40) -> Box:
-    """A short probe (~70 ms): the CPU share a busy loop gets, and how late 1 ms sleeps wake (p95)."""
+def _spin_share(spin_s: float) -> float:
     t0 = time.perf_counter()
     c0 = time.thread_time()
     end = t0 + spin_s
     while time.perf_counter() < end:
         pass
-    share = (time.thread_time() - c0) / max(time.perf_counter() - t0, 1e-9)
+    return (time.thread_time() - c0) / max(time.perf_counter() - t0, 1e-9)
+
+
+def calibrate(spin_s: float = 0.008, sleeps: int = 40) -> Box:
+    """A short probe (~80 ms): the CPU share a busy loop gets (median of three spins, apart), and how
+    late 1 ms sleeps wake (p95)."""
+    t0 = time.perf_counter()
+    shares = []
+    for _ in range(3):
+        shares.append(_spin_share(spin_s))
+        time.sleep(0.005)
+    share = sorted(shares)[1]
     over = []
     for _ in range(sleeps):
         a = time.perf_counter()
@@ -148,6 +177,10 @@ ITL_SHARE = 0.07
 JITTER_FLOOR_S = 0.0003  # the probe sees a quiet moment more often than a whole case does
 # A client's turnaround (read the last event, send the next request) must fit in the arrival window.
 TURNAROUND_S = 0.0008
+# Reading one request (HTTP framing, JSON, token-id check): measured here under load, 0.1-0.45 ms for a
+# 1,024-token prompt, mostly JSON and the id check, growing with the prompt.
+INTAKE_CPU_S = 50e-6
+INTAKE_CPU_PER_TOKEN_S = 0.08e-6
 # A short case gets at least this much wall time: one hiccup of the box (10-20 ms under a load of 7)
 # is then a small part of any step, and the case costs seconds anyway.
 MIN_CASE_WALL_S = 2.0
@@ -165,7 +198,12 @@ def event_bytes(profile: dict[str, Any], backend: str) -> float:
 
 
 def choose_scale(
-    profile: dict[str, Any], box: Box, backend: str = "sglang", max_case_s: float | None = None
+    profile: dict[str, Any],
+    box: Box,
+    backend: str = "sglang",
+    max_case_s: float | None = None,
+    burst: int = 0,
+    isl: int = 0,
 ) -> tuple[float, dict[str, Any]]:
     """The time scale for one case, and each constraint that set it (wall seconds per emulated second).
 
@@ -175,6 +213,10 @@ def choose_scale(
     arrivals: half a short step must cover a closed-loop client's turnaround (the arrival window).
     step: the shortest steps (p5) last at least MIN_STEP_WALL_S.
     case_length: a short case runs at least MIN_CASE_WALL_S.
+    burst: the `burst` requests a closed-loop client sends at once are read and checked in this one
+    process (HTTP, JSON, token ids; ~INTAKE_CPU_S + INTAKE_CPU_PER_TOKEN_S per prompt token each)
+    while the first step runs: it and TTFT_SHARE of TTFT p50 must cover that.
+    intake: reading a request is part of its TTFT.
     """
     share = box.cpu_share
     jitter = max(box.sleep_jitter_s, JITTER_FLOOR_S)
@@ -196,6 +238,14 @@ def choose_scale(
     emulated = float(profile.get("emulated_s") or 0.0)
     if emulated > 0:
         need["case_length"] = MIN_CASE_WALL_S / emulated
+    intake = (INTAKE_CPU_S + INTAKE_CPU_PER_TOKEN_S * isl) / share  # wall s to read one request
+    first = float(profile.get("first_step_s") or 0.0)
+    if first > 0 and burst:
+        # a burst is read before the loop can step again: the first step, plus the part of the TTFT
+        # we may lose, must cover reading all of it (the slip would land in every request's TTFT)
+        need["burst"] = burst * intake / (first + TTFT_SHARE * ttft)
+    if ttft > 0 and isl:
+        need["intake"] = intake / (TTFT_SHARE * ttft)  # reading a request is part of its TTFT
     honest = float(f"{min(max([SCALE_MIN, *need.values()]), SCALE_MAX):.3g}")
     scale = honest
     if max_case_s and emulated > 0 and emulated * scale > max_case_s:

@@ -322,6 +322,7 @@ def _profile(steps: list[tuple[float, int]], res: dict[str, Any]) -> dict[str, A
         "event_rate_p95": _pct(rates, 95) or 0.0,
         "step_rate_p95": _pct(step_rates, 95) or 0.0,
         "step_p05_s": _pct(costs, 5) or 0.0,
+        "first_step_s": steps[0][0] if steps else 0.0,
         "step_p50_s": _pct(costs, 50) or 0.0,
         "ttft_p50_s": ms_to_s("median_ttft_ms"),
         "itl_p50_s": ms_to_s("median_itl_ms"),

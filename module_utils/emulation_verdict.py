@@ -10,9 +10,12 @@ action plugin (meta.json) and ``analysis summarize`` (summary.csv, report) both 
 
 - ``ok``: every figure the report prints is expected within tolerance of the emulated hardware's
   (TTFT/TPOT p50 and throughput within 5 %, ITL p95 within 10 %): the realtime factor is at least
-  ``RTF_OK`` and at most ``LATE_SHARE_MAX`` of the steps were written later than ``LATE_STEP`` of a step;
-- ``degraded``: medians and throughput still hold (realtime factor at least ``RTF_DEGRADED``) but
-  more steps were late than that, so tail latencies (ITL p95, p99) are not the hardware's;
+  ``RTF_OK``, at most ``LATE_SHARE_MAX`` of the steps were written later than ``LATE_STEP`` of a step,
+  and the emulator's own lateness (slips since each request arrived, its first token's late write) was
+  at most ``TTFT_LATE_SHARE_MAX`` of the TTFTs (``ttft_late_seconds_total`` / ``ttft_wall_seconds_total``);
+- ``degraded``: TPOT p50 and throughput still hold (realtime factor at least ``RTF_DEGRADED``) but
+  ``stands`` lists what does not: ``ttft`` (the emulator was late inside the TTFTs) and/or
+  ``itl_tail`` (too many late steps: ITL p95/p99 are not the hardware's);
 - ``saturated``: the emulator fell behind (realtime factor below ``RTF_DEGRADED``), or its time scale
   changed during the case: no figure of the case stands for the emulated hardware;
 - ``unknown``: the case ran on enginesim but a scrape is missing, or no step ran.
@@ -34,6 +37,7 @@ RTF_OK = 0.98
 RTF_DEGRADED = 0.95
 LATE_STEP = 0.1  # a step written later than this share of its own length counts as late
 LATE_SHARE_MAX = 0.05  # at most this share of late steps keeps the p95 of inter-token gaps honest
+TTFT_LATE_SHARE_MAX = 0.025  # the emulator's own lateness (slips, late writes) inside the TTFTs
 VERDICTS = ("ok", "degraded", "saturated", "unknown")
 
 
@@ -60,9 +64,10 @@ def _delta(before: dict, after: dict, name: str) -> float:
     return float(after.get(name, 0.0)) - float(before.get(name, 0.0))
 
 
-def _late_share(before: dict, after: dict, steps: float) -> tuple[float, float | None]:
+def _late_share(
+    before: dict, after: dict, steps: float, name: str = PREFIX + "step_lag_steps_bucket"
+) -> tuple[float, float | None]:
     """(share of steps later than LATE_STEP of a step, p95 lateness in steps as a bucket bound)."""
-    name = PREFIX + "step_lag_steps_bucket"
     bounds = sorted(le for (n, le) in (k for k in after if isinstance(k, tuple)) if n == name)
     if not bounds or steps <= 0:
         return math.nan, None
@@ -101,6 +106,9 @@ def _judge(before: dict | None, after: dict | None) -> dict | None:
     wall = _delta(before, after, PREFIX + "wall_seconds_total")
     steps = _delta(before, after, PREFIX + "steps_total")
     late, p95 = _late_share(before, after, steps)
+    ttft_wall = _delta(before, after, PREFIX + "ttft_wall_seconds_total")
+    ttft_late = _delta(before, after, PREFIX + "ttft_late_seconds_total")
+    ttft_share = ttft_late / ttft_wall if ttft_wall > 0 else math.nan
     rtf = emulated * scale / wall if wall > 0 else math.nan
     out.update(
         time_scale=scale,
@@ -114,6 +122,9 @@ def _judge(before: dict | None, after: dict | None) -> dict | None:
         events=int(_delta(before, after, PREFIX + "events_total")),
         late_step_share=late,
         lag_steps_p95=p95,
+        first_tokens=int(_delta(before, after, PREFIX + "first_tokens_total")),
+        ttft_late_share=ttft_share,
+        stands={"tpot_throughput": False, "ttft": False, "itl_tail": False},
     )
     reasons: list[str] = out["reasons"]
     changes = _delta(before, after, PREFIX + "time_scale_changes_total")
@@ -127,12 +138,22 @@ def _judge(before: dict | None, after: dict | None) -> dict | None:
     if changes > 0 or rtf < RTF_DEGRADED:
         out["verdict"] = "saturated"
         return out
+    stands = out["stands"]
+    stands["tpot_throughput"] = True
+    stands["ttft"] = stands["itl_tail"] = rtf >= RTF_OK
     if rtf < RTF_OK:
         reasons.append(f"realtime factor {rtf:.3f} < {RTF_OK}")
     if math.isfinite(late) and late > LATE_SHARE_MAX:
+        stands["itl_tail"] = False
         reasons.append(
             f"{late:.1%} of steps written later than {LATE_STEP:.0%} of a step (limit {LATE_SHARE_MAX:.0%}): "
             "tail latencies are not the emulated hardware's"
+        )
+    if math.isfinite(ttft_share) and ttft_share > TTFT_LATE_SHARE_MAX:
+        stands["ttft"] = False
+        reasons.append(
+            f"the emulator's lateness was {ttft_share:.1%} of the TTFTs (limit {TTFT_LATE_SHARE_MAX:.1%}): "
+            "TTFT is not the emulated hardware's"
         )
     out["verdict"] = "degraded" if reasons else "ok"
     return out

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from analysis.summarize import summarize
-from tests.enginesim.test_emulation_verdict import ZERO, scrape
+from tests.enginesim.es_prom import ZERO, scrape
 
 FIXTURE = Path(__file__).resolve().parents[1] / "analysis" / "fixtures"
 
