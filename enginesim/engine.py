@@ -64,9 +64,8 @@ class Engine(Scheduler):
         self._gather_until = 0
 
     # ---- hooks of the scheduler -------------------------------------------------------------------
-    def submit(self, r: Req) -> None:
-        super().submit(r)
-        r.mark = self.evidence.slip_s
+    def _on_submit(self, r: Req) -> None:
+        r.mark = self.evidence.slip_s  # the slips from here to its first token are TTFT lateness
 
     def _notify(self) -> None:
         self.wake.set()

@@ -286,7 +286,11 @@ class Scheduler:
         if not r.health:
             self.stats.requests += 1
         self.waiting.append(r)
+        self._on_submit(r)
         self._notify()
+
+    def _on_submit(self, r: Req) -> None:
+        """Called for every submitted request (the live engine marks its slip total there)."""
 
     def _notify(self) -> None:
         """A request arrived or one finished: the driver may have work to schedule."""
