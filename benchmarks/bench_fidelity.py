@@ -23,6 +23,7 @@ import json
 import math
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -162,11 +163,17 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def make_run(run_id: str) -> float:
+    """`make run` as a user types it, on a free port (other maps on this box use 30000)."""
     t0 = time.monotonic()
-    proc = subprocess.run(
-        ["make", "run", f"ARGS=-e run_id={run_id}"], cwd=REPO, capture_output=True, text=True
-    )
+    cmd = ["make", "run", f"ARGS=-e run_id={run_id} -e engine_port={_free_port()}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-2000:])
