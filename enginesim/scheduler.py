@@ -14,27 +14,15 @@ import collections
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import lm
+from . import flavours, lm
 from .capacity import Capacity
 from .catalog import Hardware, ModelSpec
 from .cli import Config
 from .costmodel import CostModel
+from .flavours.base import Flavour
 from .logs import Logger
-from .metrics import (
-    SGL_E2E_BUCKETS,
-    SGL_ITL_BUCKETS,
-    SGL_QUEUE_BUCKETS,
-    SGL_TTFT_BUCKETS,
-    VLLM_E2E_BUCKETS,
-    VLLM_ITER_BUCKETS,
-    VLLM_ITL_BUCKETS,
-    VLLM_TTFT_BUCKETS,
-    Histogram,
-)
+from .metrics import VLLM_ITER_BUCKETS, Histogram
 from .radix import RadixCache
-
-CLIP_MAX_NEW_TOKENS = 4096  # SGLang's admission estimate clips max_new_tokens here
-RETRACT_DECODE_STEPS = 20  # SGLang retracts until every remaining request has room for this many steps
 
 
 def build_cost(cfg: Config, model: ModelSpec, hw: Hardware, cap: Capacity) -> CostModel:
@@ -48,7 +36,7 @@ def build_cost(cfg: Config, model: ModelSpec, hw: Hardware, cap: Capacity) -> Co
         cap.kv_bytes_per_token,
         cfg.cuda_graph,
         cfg.cuda_graph_max_bs,
-        graph_covers_mixed=cfg.flavour == "vllm",
+        graph_covers_mixed=flavours.get(cfg.flavour).graph_covers_mixed,
     )
 
 
@@ -148,8 +136,8 @@ class Req:
 class Stats:
     """Counters and histograms behind /metrics, the periodic log lines and /server_info."""
 
-    def __init__(self, flavour: str) -> None:
-        sgl = flavour == "sglang"
+    def __init__(self, flavour: Flavour) -> None:
+        buckets = flavour.histogram_buckets()
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.cached_tokens = 0
@@ -172,10 +160,10 @@ class Stats:
         self.spec_per_pos: collections.Counter[int] = collections.Counter()
         self.graph_passes: collections.Counter[str] = collections.Counter()
         self.realtime_tokens: collections.Counter[str] = collections.Counter()
-        self.ttft = Histogram(SGL_TTFT_BUCKETS if sgl else VLLM_TTFT_BUCKETS)
-        self.itl = Histogram(SGL_ITL_BUCKETS if sgl else VLLM_ITL_BUCKETS)
-        self.e2e = Histogram(SGL_E2E_BUCKETS if sgl else VLLM_E2E_BUCKETS)
-        self.queue = Histogram(SGL_QUEUE_BUCKETS if sgl else VLLM_E2E_BUCKETS)
+        self.ttft = Histogram(buckets["ttft"])
+        self.itl = Histogram(buckets["itl"])
+        self.e2e = Histogram(buckets["e2e"])
+        self.queue = Histogram(buckets["queue"])
         self.iter_tokens = Histogram(VLLM_ITER_BUCKETS)
         self.retractions_hist = Histogram([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 75, 100])
         self.steps = 0
@@ -207,7 +195,7 @@ class Scheduler:
         self.cap = cap
         self.cost = cost
         self.log = log
-        self.sgl = cfg.flavour == "sglang"
+        self.flavour = flavours.get(cfg.flavour)
         self.capacity = cap.tokens
         self.max_running = cap.max_running
         self.clock = clock
@@ -218,7 +206,7 @@ class Scheduler:
         self.waiting: collections.deque[Req] = collections.deque()
         self.running: list[Req] = []
         self.chunked: Req | None = None  # SGLang: the one request whose prefill is split over steps
-        self.stats = Stats(cfg.flavour)
+        self.stats = Stats(self.flavour)
         self.spec = cfg.spec_algorithm == "NGRAM"
         self.n_drafts = max(0, cfg.spec_num_draft_tokens - 1)
         init_ratio = min(0.7 * float(cfg.raw.get("schedule_conservativeness") or 1.0), 1.0)
@@ -340,10 +328,11 @@ class Scheduler:
 
     # ---- one step ----------------------------------------------------------------------------------------
     def plan(self) -> tuple[list[tuple[Req, int]], list[Req], int, int]:
-        """The next batch: (prefill chunks, decode requests, decode tokens, decode context sum)."""
-        return self.sgl_plan() if self.sgl else self.vllm_plan()
+        """The next batch: (prefill chunks, decode requests, decode tokens, decode context sum), by the
+        engine's own policy (flavours/*.py `plan`)."""
+        return self.flavour.plan(self)
 
-    # ---- SGLang scheduling ------------------------------------------------------------------------
+    # ---- admission helpers the policies share --------------------------------------------------------
     def _admit_prefix(self, r: Req) -> None:
         r.fill_len = len(r.ctx)
         if self.tree is not None:
@@ -372,197 +361,11 @@ class Scheduler:
                 self.stats.queue.observe(r.queue_time)
         r.cached_tokens += r.prefix_len
 
-    def sgl_plan(self) -> tuple[list[tuple[Req, int]], list[Req], int, int]:
-        cfg = self.cfg
-        prefill: list[tuple[Req, int]] = []
-        if self.waiting or self.chunked is not None:
-            prefill = self._sgl_prefill()
-        decode: list[Req] = []
-        if self.running and (not prefill or cfg.mixed_chunk):
-            self._sgl_check_decode_mem()
-            decode = self.running
-            self.ratio = max(self.min_ratio, self.ratio - self.ratio_decay)
-        per = 1 + self.n_drafts if self.spec else 1
-        dec_ctx = 0
-        for r in decode:
-            dec_ctx += r.computed
-        return prefill, list(decode), len(decode) * per, dec_ctx
-
-    def _sgl_prefill(self) -> list[tuple[Req, int]]:
-        cfg = self.cfg
-        chunk = cfg.chunk
-        budget = chunk if chunk else cfg.max_prefill_tokens
-        if cfg.mixed_chunk and self.running:
-            budget = max(1, budget - len(self.running))
-        items: list[tuple[Req, int]] = []
-        r = self.chunked
-        if r is not None:
-            # the chunked request continues first; waiting requests may join if budget is left
-            left = r.fill_len - r.computed
-            n = min(left, budget) if chunk else left
-            if not self._alloc(n):
-                return items
-            r.private += n
-            items.append((r, n))
-            budget -= n
-            if n < left or budget <= 0:
-                return items
-        avail = self.available()
-        reserve = 0.0
-        for q in self.running:
-            reserve += min(q.max_new - q.out_len, CLIP_MAX_NEW_TOKENS) * self.ratio
-        rem_total = avail - reserve
-        n_running = len(self.running)
-        while self.waiting and budget > 0 and n_running + len(items) < self.max_running:
-            r = self.waiting[0]
-            self._admit_prefix(r)
-            extend = r.fill_len - r.computed
-            need = extend + min(r.max_new - r.out_len, CLIP_MAX_NEW_TOKENS) * self.ratio
-            first = not items and not self.running
-            if need > rem_total and not (first and extend <= avail):
-                self._unadmit(r)
-                break
-            if chunk:
-                n = min(extend, budget)
-            else:
-                if extend > budget and items:
-                    self._unadmit(r)
-                    break
-                n = extend
-            if not self._alloc(n):
-                self._unadmit(r)
-                break
-            self.waiting.popleft()
-            self._mark_started(r)
-            r.private += n
-            self._new_cached += r.prefix_len
-            items.append((r, n))
-            rem_total -= need
-            budget -= n
-            if n < extend:
-                self.chunked = r
-                break
-        return items
-
-    def _sgl_check_decode_mem(self) -> None:
-        per = 1 + self.n_drafts if self.spec else 1
-        if self.available() >= len(self.running) * per:
-            return
-        order = sorted(self.running, key=lambda q: (q.out_len, -q.prompt_len), reverse=True)
-        retracted: list[Req] = []
-        gained = 0
-        while len(order) > 1 and self.available() < max(len(order) * RETRACT_DECODE_STEPS, len(order) * per):
-            victim = order.pop()
-            gained += victim.private
-            self._retract(victim)
-            retracted.append(victim)
-        if not retracted:
-            return
-        self.running = [q for q in self.running if q not in retracted]
-        old = self.ratio
-        total_decoded = sum(q.out_len for q in self.running)
-        total_max_new = sum(q.max_new for q in self.running) or 1
-        self.ratio = min(1.0, (total_decoded + RETRACT_DECODE_STEPS * len(self.running)) / total_max_new)
-        self.log.warning(
-            f"KV cache pool is full. Retract requests. #retracted_reqs: {len(retracted)}, "
-            f"#new_tokens_gained: {gained}, #new_token_ratio: {old:.4f} -> {self.ratio:.4f}",
-            rank=True,
-        )
-
-    def _retract(self, r: Req) -> None:
-        st = self.stats
-        st.retracted_reqs += 1
-        st.retracted_since_log += 1
-        st.retracted_in += r.prompt_len
-        st.retracted_out += r.out_len
-        r.retractions += 1
-        self._release(r, insert=False)
-        self.waiting.appendleft(r)
-
-    # ---- vLLM scheduling ----------------------------------------------------------------------------
-    def vllm_plan(self) -> tuple[list[tuple[Req, int]], list[Req], int, int]:
-        budget = self.cfg.chunk or 8192
-        prefill: list[tuple[Req, int]] = []
-        decode: list[Req] = []
-        dec_tokens = 0
-        dec_ctx = 0
-        preempted = False
-        running = self.running
-        # fast path: every running request is decoding and the pool has room
-        need = 0
-        all_decode = True
-        for r in running:
-            if r.computed < r.fill_len:
-                all_decode = False
-                break
-            need += 1 + (len(self._draft(r)) if self.spec else 0)
-        if all_decode and need <= budget and self.free_tokens() >= need:
-            self.private_used += need
-            for r in running:
-                n = 1 + len(r.draft) if self.spec else 1
-                r.private += n
-                dec_ctx += r.computed
-            decode = list(running)
-            dec_tokens = need
-            budget -= need
-        else:
-            i = 0
-            while i < len(running) and budget > 0:
-                r = running[i]
-                if r.computed < r.fill_len:
-                    n = min(r.fill_len - r.computed, budget)
-                    is_prefill = True
-                else:
-                    n = 1 + (len(self._draft(r)) if self.spec else 0)
-                    is_prefill = False
-                ok = True
-                while not self._alloc(n):
-                    victim = running.pop()
-                    self._preempt(victim)
-                    preempted = True
-                    if victim is r:
-                        ok = False
-                        break
-                if not ok:
-                    break
-                r.private += n
-                budget -= n
-                if is_prefill:
-                    prefill.append((r, n))
-                else:
-                    decode.append(r)
-                    dec_tokens += n
-                    dec_ctx += r.computed
-                i += 1
-        if not preempted:
-            while self.waiting and budget > 0 and len(running) < self.max_running:
-                r = self.waiting[0]
-                self._admit_prefix(r)
-                n = min(r.fill_len - r.computed, budget)
-                if not self._alloc(n):
-                    self._unadmit(r)
-                    break
-                self.waiting.popleft()
-                self._mark_started(r)
-                r.private += n
-                running.append(r)
-                prefill.append((r, n))
-                budget -= n
-        return prefill, decode, dec_tokens, dec_ctx
-
     def _draft(self, r: Req) -> list[int]:
         assert r.drafter is not None
         r.draft = r.drafter.propose(self.n_drafts)
         return r.draft
 
-    def _preempt(self, r: Req) -> None:
-        self.stats.preemptions += 1
-        self.stats.preemptions_since_log += 1
-        r.retractions += 1
-        self._release(r, insert=True)
-        self.waiting.appendleft(r)
-
-    # ---- applying a finished step ---------------------------------------------------------------
     def apply(
         self,
         prefill: list[tuple[Req, int]],
@@ -575,7 +378,8 @@ class Scheduler:
         stats = self.stats
         if now is None:
             now = self.clock()
-        sgl = self.sgl
+        fl = self.flavour
+        kv_at_apply = fl.decode_kv_at_apply  # SGLang: decode KV is taken when the step is applied
         finished: list[Req] = []
         new_prefill_tokens = 0
         first_tokens: list[Req] = []
@@ -594,7 +398,7 @@ class Scheduler:
                 # the prefill's forward pass yields the next token
                 tok = self._next(r)
                 r.ctx.append(tok)
-                if sgl:
+                if fl.prefill_joins_running:
                     self.running.append(r)
                 if r.first_token is None:
                     r.first_token = now
@@ -618,7 +422,7 @@ class Scheduler:
                     continue
                 k = self._verify(r)
                 r.computed += k
-                if sgl:
+                if kv_at_apply:
                     self._alloc(k)
                     r.private += k
                 gen += k
@@ -631,7 +435,7 @@ class Scheduler:
                     r.sink.emit(r, False)
         else:
             # hot path: one token per running request
-            if sgl:
+            if kv_at_apply:
                 n_live = 0
                 for r in decode:
                     if not r.finished:
@@ -656,7 +460,7 @@ class Scheduler:
                 ctx = r.ctx
                 ctx.append(tok)
                 r.computed += 1
-                if sgl:
+                if kv_at_apply:
                     r.private += 1
                 gap = now - r.last_emit
                 gaps[gap] = gaps.get(gap, 0) + 1
@@ -673,8 +477,8 @@ class Scheduler:
             for gap, cnt in gaps.items():
                 observe(gap, cnt)
         stats.events += len(decode) + len(prefill)
-        if spec and not sgl:
-            # vLLM allocated slots for every draft; give back the rejected ones
+        if spec and not kv_at_apply:
+            # KV was taken at planning for every draft (vLLM); give back the rejected ones
             for r in decode:
                 extra = r.private - r.computed + r.prefix_len
                 if extra > 0:
@@ -697,16 +501,7 @@ class Scheduler:
             self._finish(r, now)
         if finished:
             self.running = [r for r in self.running if not r.finished]
-        if sgl:
-            if prefill:
-                self._sgl_prefill_log(prefill, new_prefill_tokens, dt)
-            if decode:
-                self.decode_steps_since_log += 1
-                if self.decode_steps_since_log >= self.cfg.decode_log_interval:
-                    self._sgl_decode_log(graph, now)
-        else:
-            if now - self.last_stats_wall >= 10.0 * self.scale:
-                self._vllm_stats_log(now)
+        fl.after_step(self, prefill, decode, new_prefill_tokens, graph, dt, now)
 
     def _model(self, r: Req) -> lm.EmulatedLM:
         if r.lm is None:
@@ -721,7 +516,7 @@ class Scheduler:
     def _verify(self, r: Req) -> int:
         """Compare the drafts with the model's real continuation; emit accepted + 1 bonus token."""
         self._model(r)
-        draft = r.draft if not self.sgl else self._draft(r)
+        draft = self._draft(r) if self.flavour.drafts_at_verify else r.draft
         accepted = 0
         for d in draft:
             tok = r.lm.next_token()
@@ -740,7 +535,7 @@ class Scheduler:
         st = self.stats
         r.verify_ct += 1
         r.accepted += accepted
-        r.proposed += self.n_drafts if self.sgl else len(draft)
+        r.proposed += self.flavour.proposed_drafts(self, draft)
         while len(r.hist) <= accepted:
             r.hist.append(0)
         r.hist[accepted] += 1
@@ -789,71 +584,3 @@ class Scheduler:
     # ---- log lines -------------------------------------------------------------------------------
     def token_usage(self) -> float:
         return self.used_tokens() / self.capacity if self.capacity else 0.0
-
-    def _sgl_prefill_log(self, prefill: list[tuple[Req, int]], new_tok: int, dt: float) -> None:
-        hit = self._new_cached
-        self._new_cached = 0
-        n_new_done = sum(1 for r, _ in prefill if r.computed >= r.fill_len and not r.finished)
-        self.stats.cache_hit_rate = hit / (hit + new_tok) if hit + new_tok else 0.0
-        pending = (self.chunked.fill_len - self.chunked.computed) if self.chunked else 0
-        self.log.sgl(
-            f"Prefill batch, #new-seq: {len(prefill)}, #new-token: {new_tok}, #cached-token: {hit}, "
-            f"token usage: {self.token_usage():.2f}, #running-req: {max(len(self.running) - n_new_done, 0)}, "
-            f"#queue-req: {len(self.waiting)}, #pending-token: {pending}, cuda graph: False, "
-            f"input throughput (token/s): {new_tok / max(dt * self.scale, 1e-9):.2f}",
-            rank=True,
-        )
-
-    def _sgl_decode_log(self, graph: bool, now: float) -> None:
-        thr = self.gen_tokens_since_log / max(now - self.last_decode_log, 1e-9)
-        self.stats.last_gen_throughput = thr
-        spec = ""
-        st = self.stats
-        if self.spec and st.spec_verify:
-            spec = (
-                f"accept len: {st.spec_emitted / st.spec_verify:.2f}, "
-                f"accept rate: {st.spec_accepted / max(st.spec_verify * self.n_drafts, 1):.2f}, "
-            )
-        self.log.sgl(
-            f"Decode batch, #running-req: {len(self.running)}, #token: {self.used_tokens()}, "
-            f"token usage: {self.token_usage():.2f}, {spec}cuda graph: {graph}, "
-            f"gen throughput (token/s): {thr:.2f}, #queue-req: {len(self.waiting)}, ",
-            rank=True,
-        )
-        self.decode_steps_since_log = 0
-        self.gen_tokens_since_log = 0
-        self.last_decode_log = now
-
-    def _vllm_stats_log(self, now: float) -> None:
-        dt = max(now - self.last_stats_wall, 1e-9)
-        st = self.stats
-        q, h = st.prefix_queries, st.prefix_hits
-        dq, dh = q - self.last_hit_q[0], h - self.last_hit_q[1]
-        hit_rate = 100.0 * dh / dq if dq else 0.0
-        self.last_hit_q = (q, h)
-        pre = f", Preemptions: {st.preemptions_since_log}" if st.preemptions_since_log else ""
-        st.preemptions_since_log = 0
-        self.log.vllm(
-            f"Engine 000: Avg prompt throughput: {self.prompt_tokens_since_stats / dt:.1f} tokens/s, "
-            f"Avg generation throughput: {self.gen_tokens_since_stats / dt:.1f} tokens/s, "
-            f"Running: {len(self.running)} reqs, Waiting: {len(self.waiting)} reqs{pre}, "
-            f"GPU KV cache usage: {100.0 * self.token_usage():.1f}%, Prefix cache hit rate: {hit_rate:.1f}%",
-            src="loggers.py:123",
-            proc="APIServer",
-        )
-        if self.spec and st.spec_drafts:
-            acc = st.spec_accepted / max(st.spec_draft_tokens, 1)
-            per_pos = ", ".join(f"{st.spec_per_pos[i] / st.spec_drafts:.3f}" for i in range(self.n_drafts))
-            self.log.vllm(
-                f"SpecDecoding metrics: Mean acceptance length: {1 + st.spec_accepted / st.spec_drafts:.2f}, "
-                f"Accepted throughput: {st.spec_accepted / dt:.2f} tokens/s, "
-                f"Drafted throughput: {st.spec_draft_tokens / dt:.2f} tokens/s, "
-                f"Accepted: {st.spec_accepted} tokens, "
-                f"Drafted: {st.spec_draft_tokens} tokens, Per-position acceptance rate: {per_pos}, "
-                f"Avg Draft acceptance rate: {100 * acc:.1f}%",
-                src="metrics.py:96",
-                proc="APIServer",
-            )
-        self.prompt_tokens_since_stats = 0
-        self.gen_tokens_since_stats = 0
-        self.last_stats_wall = now
