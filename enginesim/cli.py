@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import catalog
+from . import catalog, hwprofile
 
 
 @dataclass
@@ -26,6 +26,7 @@ class SimKnobs:
     pace_max_case_s: float | None = None  # auto: no case's chosen scale makes it longer than this
     hardware: str = "h200"
     hw_override: dict[str, Any] = field(default_factory=dict)
+    hardware_file: str | None = None
     ib_dir: str = "/sys/class/infiniband"
     crash_after: int | None = None
     oom_at_start: bool = False
@@ -81,6 +82,8 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sim-pace-max-case-s", type=float, default=None)
     g.add_argument("--sim-hardware", choices=catalog.hardware_keys(), default=None)
     g.add_argument("--sim-hw-json", default=None, help="JSON object or file overriding hardware fields")
+    g.add_argument("--sim-hardware-file", default=None, help="profile from python -m enginesim.calibrate")
+    g.add_argument("--sim-allow-cpu-profile", action="store_true", default=None)
     g.add_argument("--sim-ib-dir", default=None)
     g.add_argument("--sim-crash-after", type=int, default=None)
     g.add_argument("--sim-oom-at-start", action="store_true", default=None)
@@ -156,6 +159,7 @@ def sim_knobs(ns: argparse.Namespace, env: dict[str, str], err: Any) -> SimKnobs
                 f"--sim-hw-json/ENGINESIM_HW_JSON {hw_json!r}: must be a JSON object or a file holding "
                 f"one ({e})"
             )
+    _hardware_file(ns, env, k, err, pick)
     v = pick(ns.sim_ib_dir, "ENGINESIM_IB_DIR", str, "a directory path", lambda x: bool(x))
     if v is not None:
         k.ib_dir = v
@@ -179,6 +183,26 @@ def _scale_env(v: str) -> float:
         return _scale(v)
     except argparse.ArgumentTypeError:
         raise ValueError(v) from None
+
+
+def _hardware_file(ns: argparse.Namespace, env: dict[str, str], k: SimKnobs, err: Any, pick: Any) -> None:
+    """A measured profile file replaces the hardware key: all its fields override `custom`'s."""
+    path = pick(ns.sim_hardware_file, "ENGINESIM_HARDWARE_FILE", str, "a file path", lambda x: bool(x))
+    if path is None:
+        return
+    if ns.sim_hardware is not None or env.get("ENGINESIM_HARDWARE"):
+        err(
+            f"--sim-hardware-file/ENGINESIM_HARDWARE_FILE {path!r} and --sim-hardware/ENGINESIM_HARDWARE "
+            "both name the hardware: give one"
+        )
+    allow = pick(ns.sim_allow_cpu_profile, "ENGINESIM_ALLOW_CPU_PROFILE", _bool_str, "0 or 1", lambda x: True)
+    try:
+        prof = hwprofile.read(path, allow_cpu=bool(allow))
+    except hwprofile.ProfileError as e:
+        err(f"--sim-hardware-file/ENGINESIM_HARDWARE_FILE: {e}")
+    k.hardware = "custom"
+    k.hardware_file = path
+    k.hw_override = {**prof, **k.hw_override}
 
 
 def positive(name: str) -> Any:
