@@ -257,8 +257,8 @@ def _emulation_evidence(rows: list[dict[str, Any]]) -> list[str]:
         "From each repetition's `metrics_before.prom` / `metrics_after.prom` (enginesim's `enginesim:*` "
         "counters) and `pace.json`. Realtime factor = emulated seconds × time scale ÷ busy wall seconds "
         "(1.000 = on schedule). **ok**: every figure within tolerance of the emulated hardware; "
-        "**degraded**: medians and throughput hold, tails do not; **saturated**: the emulator fell "
-        "behind, no figure stands. Verdicts: "
+        "**degraded**: TPOT p50 holds, the reasons say what does not; **saturated**: the emulator "
+        "fell behind, no figure stands. Verdicts: "
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         + "."
     )

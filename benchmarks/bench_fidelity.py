@@ -130,8 +130,7 @@ def analyse(run_dir: Path, cache: dict) -> list[dict]:
 
 
 # what each part of the verdict's `stands` vouches for
-STANDS = {"ttft_p50": "ttft", "tpot_p50": "tpot_throughput", "output_tok_s": "tpot_throughput",
-          "itl_p95": "itl_tail"}  # fmt: skip
+STANDS = {"ttft_p50": "ttft", "tpot_p50": "tpot", "output_tok_s": "throughput", "itl_p95": "itl_tail"}
 
 
 def _promise_kept(run_dir: Path, row: dict, res: dict) -> bool | None:
