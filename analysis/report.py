@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from analysis import clients
+
 DEFINITIONS = """\
 - **TTFT** = first content-bearing event − request send. **E2E** = last content event − send.
 - **TPOT** per request = (E2E − TTFT)/(output_tokens − 1); statistics are over the per-request values.
@@ -132,7 +134,7 @@ def _header(run_dir: Path, manifest: dict[str, Any], rows: list[dict[str, Any]])
     return L
 
 
-def _status(rows: list[dict[str, Any]]) -> list[str]:
+def _status(rows: list[dict[str, Any]], unreadable: list[tuple[str, str]] | None) -> list[str]:
     L = ["## Status"]
     counts: dict[str, int] = {}
     for r in rows:
@@ -142,6 +144,10 @@ def _status(rows: list[dict[str, Any]]) -> list[str]:
         + f" (of {len(rows)} repetition directories)"
     )
     L.append("")
+    if unreadable:
+        L.append(f"**{len(unreadable)} result file(s) could not be read** (not summarised; exit status 3):")
+        L += [f"- `{path}`: {why}" for path, why in unreadable]
+        L.append("")
     unknown = [r for r in rows if r["status"] == "unknown"]
     if unknown:
         L.append(
@@ -200,7 +206,11 @@ def _case_tables(rows: list[dict[str, Any]], agg: list[dict[str, Any]]) -> list[
     for a in agg:
         key = (a["suite"], a["case_id"], a["role"], a.get("emulation_verdict"))
         lookup.setdefault(key, {})[a["metric"]] = a
-    for suite, title in (("fixed", "Fixed cases"), ("mixed", "Mixed runs, per role")):
+    for suite, title in (
+        ("fixed", "Fixed cases"),
+        ("files", "Result files"),
+        ("mixed", "Mixed runs, per role"),
+    ):
         keys = [k for k in lookup if k[0] == suite]
         if not keys:
             continue
@@ -338,8 +348,16 @@ def _ab_section(rows: list[dict[str, Any]], ab: list[dict[str, Any]], ab_info: d
     return L
 
 
-def _footer(plots: list[str]) -> list[str]:
+def _footer(rows: list[dict[str, Any]], plots: list[str]) -> list[str]:
     L = ["## Metric definitions", "", DEFINITIONS, ""]
+    client_table = clients.definitions_table(sorted({str(r.get("source_format")) for r in rows}))
+    if client_table:
+        L += [
+            "Clients in this run, per column (`=` same definition, `≈` same quantity measured at a "
+            "slightly different point, `—` not available; aggregates never pool two clients):",
+            "",
+        ]
+        L += [*client_table, ""]
     if plots:
         L += ["## Plots", ""]
         L += [f"![{Path(p).stem}]({p})" for p in plots]
@@ -360,12 +378,13 @@ def render(
     ab: list[dict[str, Any]],
     ab_info: dict[str, Any],
     plots: list[str],
+    unreadable: list[tuple[str, str]] | None = None,
 ) -> str:
     """report.md: header, status, per-case tables, emulation evidence, the A/B, definitions and plots."""
     L = _header(run_dir, manifest, rows)
-    L += _status(rows)
+    L += _status(rows, unreadable)
     L += _case_tables(rows, agg)
     L += _emulation_evidence(rows)
     L += _ab_section(rows, ab, ab_info)
-    L += _footer(plots)
+    L += _footer(rows, plots)
     return "\n".join(L)
