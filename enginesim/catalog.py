@@ -197,5 +197,7 @@ def load_engine_costs(flavour: str) -> dict[str, float]:
     """
     engines = _load("engines.json")["engines"]
     if flavour not in engines:
-        raise KeyError(f"no engine profile for {flavour!r} in data/engines.json (have: {', '.join(sorted(engines))})")
+        raise KeyError(
+            f"no engine profile for {flavour!r} in data/engines.json (have: {', '.join(sorted(engines))})"
+        )
     return {k: float(v) for k, v in engines[flavour]["costs_s"].items()}

@@ -161,7 +161,11 @@ class _Client:
             rec.send = rec.due
             saved = self.now
             self.now = rec.send
-            self._send(sched, Req(f"replay-extra-{-rec.index}", self._ids(isl), osl, True, _Sink(self, rec)), rec.send)
+            self._send(
+                sched,
+                Req(f"replay-extra-{-rec.index}", self._ids(isl), osl, True, _Sink(self, rec)),
+                rec.send,
+            )
             self.now = saved
             self.injected.append((rec, isl))
 

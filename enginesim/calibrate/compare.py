@@ -23,7 +23,10 @@ ENGINE = "sglang"
 
 
 def price(
-    model: catalog.ModelSpec, hw: catalog.Hardware, row: dict[str, Any], engine: dict[str, float] | None = None
+    model: catalog.ModelSpec,
+    hw: catalog.Hardware,
+    row: dict[str, Any],
+    engine: dict[str, float] | None = None,
 ) -> float:
     """Seconds the cost model gives the measured step `row` (tp 1, bf16 KV)."""
     decode = "batch" in row and "prompt_tokens" not in row

@@ -9,7 +9,7 @@ the code.
     python -m enginesim.calibrate.published table           # the README table (markdown)
     python -m enginesim.calibrate.published check enginesim/README.md
     python -m enginesim.calibrate.published fit             # refit the engine costs (prints JSON)
-    python -m enginesim.calibrate.published fit-hardware    # refit kernel floor / launch from data/measured/h200
+    python -m enginesim.calibrate.published fit-hardware    # refit kernel floor / launch (H200 raw)
 
 Standard library only, like the rest of enginesim.
 """
@@ -41,7 +41,15 @@ def replay_argv(row: dict[str, Any]) -> list[str]:
     """The `python -m enginesim replay` arguments of a row: the engine's command line plus the workload."""
     rp = row["replay"]
     w = rp["workload"]
-    argv = list(rp["argv"]) + ["--isl", str(w["isl"]), "--osl", str(w["osl"]), "--num-prompts", str(w["num_prompts"])]
+    argv = [
+        *rp["argv"],
+        "--isl",
+        str(w["isl"]),
+        "--osl",
+        str(w["osl"]),
+        "--num-prompts",
+        str(w["num_prompts"]),
+    ]
     if w.get("concurrency"):
         argv += ["--concurrency", str(w["concurrency"])]
     if w.get("request_rate"):
@@ -153,7 +161,9 @@ def fit_engine(flavour: str, rows: list[dict[str, Any]] | None = None) -> dict[s
     separate them from step_cpu).
     """
     rows = rows or load_rows()
-    prof = json.loads(resources.files("enginesim").joinpath("data", "engines.json").read_text())["engines"][flavour]
+    prof = json.loads(resources.files("enginesim").joinpath("data", "engines.json").read_text())["engines"][
+        flavour
+    ]
     costs = {k: float(v) for k, v in prof["costs_s"].items()}
     fits = prof["fitted_on"]
     tpot = [f for f in fits if f["param"] == "step_cpu"]
@@ -220,8 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     ft = sub.add_parser("fit", help="refit the engine costs to their fitted_on rows (prints JSON)")
     ft.add_argument("--engine", choices=("sglang", "vllm"), action="append")
     fh = sub.add_parser("fit-hardware", help="refit kernel_floor and kernel_launch from raw.json files")
-    fh.add_argument("raw", nargs="*", default=["enginesim/data/measured/h200/raw.json",
-                                               "enginesim/data/measured/h200/llama8b-raw.json"])
+    fh.add_argument(
+        "raw",
+        nargs="*",
+        default=["enginesim/data/measured/h200/raw.json", "enginesim/data/measured/h200/llama8b-raw.json"],
+    )
     ns = p.parse_args(argv)
     if ns.cmd == "table":
         print(markdown(compare_all(load_rows())))
@@ -230,8 +243,11 @@ def main(argv: list[str] | None = None) -> int:
             committed = readme_table(f.read())
         fresh = markdown(compare_all(load_rows()))
         if committed != fresh:
-            print(f"{ns.readme}: the published-figures table differs from the replay; regenerate it with "
-                  "`python -m enginesim.calibrate.published table`", file=sys.stderr)
+            print(
+                f"{ns.readme}: the published-figures table differs from the replay; regenerate it with "
+                "`python -m enginesim.calibrate.published table`",
+                file=sys.stderr,
+            )
             return 1
     elif ns.cmd == "fit":
         print(json.dumps({e: fit_engine(e) for e in ns.engine or ("sglang", "vllm")}, indent=1))
