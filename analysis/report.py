@@ -290,6 +290,20 @@ def _emulation_evidence(rows: list[dict[str, Any]]) -> list[str]:
     return L
 
 
+def _ab_emulation_cell(rows: list[dict[str, Any]]) -> str | None:
+    """The emulation verdicts of the A/B's control and background repetitions, or None (not emulated)."""
+    sides = []
+    for role in ("control", "decode_background"):
+        verdicts = sorted({
+            str(r["emulation_verdict"]) for r in rows
+            if r["suite"] == "mixed" and r["role"] == role and r.get("emulation_verdict")
+        })  # fmt: skip
+        sides.append(verdicts)
+    if not any(sides):
+        return None
+    return "/".join(", ".join(_verdict_cell(v) for v in side) or "n/a" for side in sides)
+
+
 def _ab_section(rows: list[dict[str, Any]], ab: list[dict[str, Any]], ab_info: dict[str, Any]) -> list[str]:
     if not any(r["suite"] == "mixed" for r in rows):
         return []
@@ -320,6 +334,9 @@ def _ab_section(rows: list[dict[str, Any]], ab: list[dict[str, Any]], ab_info: d
     if ab:
         header = ["metric", "statistic", "control", "background", "change", "95% CI of change",
                   "Mann-Whitney p", "verdict", "requests (ctrl/bg)"]  # fmt: skip
+        emulation = _ab_emulation_cell(rows)
+        if emulation is not None:
+            header.append("emulation verdict (ctrl/bg)")
         body = []
         for r in ab:
             digits = 2 if r["metric"] == "TPOT" else 1
@@ -337,7 +354,7 @@ def _ab_section(rows: list[dict[str, Any]], ab: list[dict[str, Any]], ab_info: d
                 f"{p:.3g}" if math.isfinite(p) else "n/a", r["verdict"],
                 "per rep" if r["control_requests"] is None
                 else f"{r['control_requests']}/{r['background_requests']}",
-            ])  # fmt: skip
+            ] + ([emulation] if emulation is not None else []))  # fmt: skip
         L += _table(header, body)
     else:
         L.append(

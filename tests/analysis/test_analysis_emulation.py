@@ -106,3 +106,36 @@ def test_a_run_without_evidence_says_its_figures_are_not_descaled(tmp_path: Path
     text = (run / "report.md").read_text()
     assert "time scale 0.02** as configured (ENGINESIM_TIME_SCALE), but no case carries" in text
     assert "not de-scaled" in text
+
+
+def _mixed_role(run: Path, role: str, after: str, t0: float, n: int) -> None:
+    d = run / "mixed" / "rep1" / role
+    d.mkdir(parents=True)
+    doc = _loadgen_result(40.0, 2.0, 1000.0)
+    doc["t0_epoch_s"] = t0
+    if n == 1:
+        doc["requests"] = doc["requests"][:1]
+        doc.update(num_prompts=1, max_concurrency=1, completed=1)
+    (d / "bench.json").write_text(json.dumps(doc))
+    meta = {"case_id": f"mixed_{role}", "suite": "mixed", "role": role, "rep": 1, "stage": "mixed",
+            "isl": 128, "osl": 16, "concurrency": n, "num_prompts": n, "warmup": 0,
+            "status": "completed"}  # fmt: skip
+    (d / "meta.json").write_text(json.dumps(meta))
+    (d / "metrics_before.prom").write_text(ZERO)
+    (d / "metrics_after.prom").write_text(after)
+    (d / "pace.json").write_text(json.dumps({"applied": True, "time_scale": 1.0, "set_by": "step"}))
+
+
+def test_the_ab_table_shows_each_side_s_emulation_verdict(tmp_path: Path) -> None:
+    run = tmp_path / "emu"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"run_id": "emu", "engine": "sglang"}))
+    _mixed_role(run, "control", scrape(1.0, 2.0, 2.0, 1000), 1000.0, 8)
+    _mixed_role(run, "decode_background", scrape(1.0, 2.0, 4.0, 1000), 2000.0, 8)
+    _mixed_role(run, "prefill_injection", scrape(1.0, 0.1, 0.1, 1000), 2000.5, 1)
+    summarize(run)
+    text = (run / "report.md").read_text()
+    section = text[text.index("## Mixed A/B") :]
+    assert "| emulation verdict (ctrl/bg) |" in section
+    rows = [line for line in section.splitlines() if line.startswith("| TPOT |")]
+    assert rows and rows[0].endswith("| ok/**saturated** ⚠ |"), rows

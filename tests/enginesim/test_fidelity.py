@@ -173,7 +173,11 @@ def test_eager_is_slower_than_cuda_graph_at_the_embedded_scale(start, tmp_path: 
 
 @pytest.mark.parametrize("scale", ["0.5", "embedded"])
 def test_itl_p50_is_the_step_not_zero_for_half_millisecond_steps(start, tmp_path: Path, scale: str) -> None:
-    """Eager decode steps are ~1.4 emulated ms: each is written on its own, never coalesced (0 gaps)."""
+    """Eager decode steps are ~1.4 emulated ms: each is written on its own, never coalesced (0 gaps).
+
+    A fixed scale can be more than a loaded box keeps up with: the steps are then late (ITL longer),
+    still never merged, and the verdict says `saturated`; otherwise ITL p50 is the replay's step.
+    """
     env = embedded_env() if scale == "embedded" else {"ENGINESIM_TIME_SCALE": scale}
     args = [*FLAGS, "--disable-cuda-graph"]
     srv = start(args, env=env)
@@ -181,4 +185,7 @@ def test_itl_p50_is_the_step_not_zero_for_half_millisecond_steps(start, tmp_path
     ref = replay(args, 256, 128, 1, 1)
     assert ref["median_itl_ms"] >= 0.5
     live = case["bench"]["median_itl_ms"] / _scale(case, env)
-    assert live == pytest.approx(ref["median_itl_ms"], rel=0.2), (live, ref["median_itl_ms"], case["verdict"])
+    why = (live, ref["median_itl_ms"], case["verdict"])
+    assert live >= 0.8 * ref["median_itl_ms"], why
+    if case["verdict"] is None or case["verdict"]["verdict"] != "saturated":
+        assert live == pytest.approx(ref["median_itl_ms"], rel=0.2), why
