@@ -1,4 +1,4 @@
-"""``python -m loadgen``: flags mirror ``python -m sglang.bench_serving`` (contracts.md §2).
+"""``python -m loadgen``: flags mirror ``python -m sglang.bench_serving`` (docs/bench-clients.md).
 
 Exit codes: 0 run finished (failed requests are counted in the file), 1 --strict and the run is
 unreliable, 2 bad arguments (the message names the flag), 3 the run was refused (the cache flush

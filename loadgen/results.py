@@ -1,4 +1,4 @@
-"""Per-request records and the summary (schema "quickmap.loadgen/1", contracts.md §3).
+"""Per-request records and the summary (schema "quickmap.loadgen/1", analysis/README.md).
 
 Definitions (also in README.md and stated in the output's ``definitions``):
   TTFT   = first content-bearing event received - request handed to the socket (send)

@@ -3,8 +3,8 @@
 """Read a benchmark client's result file and check it against what the case asked for (stdlib only).
 
 Modules cannot import the ``analysis`` package (they run on the node, shipped by AnsiballZ), so this is
-a small, self-contained reader for the formats quickmap meets (shared/brief/contracts.md §3 and
-shared/reference/bench-clients.md §3):
+a small, self-contained reader for the formats quickmap meets (loadgen's schema in analysis/README.md,
+the SGLang and vLLM result files in docs/bench-clients.md):
 
 - quickmap loadgen JSON (``schema: quickmap.loadgen/1``): ``completed``/``failed``/``complete`` and
   per-request ``requests[].output_tokens``;

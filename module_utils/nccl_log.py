@@ -4,7 +4,7 @@
 
 Pure code (no I/O): the ``nccl_transport`` module reads the files and feeds lines in, so the same
 parser serves unit tests, the module's polling loop and any controller-side tool. The regexes follow
-the NCCL source from 2.18 to HEAD (see shared/reference/engine-surfaces.md section 3): the line
+the NCCL source from 2.18 to HEAD (see docs/engine-surfaces.md, NCCL section): the line
 prefix, ``NET/IB : Using [i]dev:port/LL ; OOB if:addr<port>``, ``NET/IB : No device found.``,
 ``NET/Socket : Using [i]if:addr<port>``, ``Using network X`` and the channel lines.
 
