@@ -38,8 +38,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ansible-lint --profile production --offline
 
+# Every skipped test fails the run unless .ci/allowed-skips.txt allows it; the gate prints that list
+# and every skip of the run each time (tests/conftest.py writes the report, .ci/check_skips.py judges).
+SKIP_REPORT := build/pytest-skips.json
 test: $(STAMP) system-deps zipapp lint
-	$(VENV)/bin/pytest -q -ra
+	@rm -f $(SKIP_REPORT)
+	QUICKMAP_SKIP_REPORT=$(SKIP_REPORT) $(VENV)/bin/pytest -q -ra; rc=$$?; \
+	$(PY) .ci/check_skips.py $(SKIP_REPORT) .ci/allowed-skips.txt; gate=$$?; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$gate
 
 # Speed and accuracy targets live here, not in timed tests. Run on a quiet box; each prints medians.
 bench: $(STAMP) zipapp
