@@ -24,6 +24,8 @@ import tempfile
 
 from .records import RequestRecord
 
+READ_TOGETHER_LIMIT = 0.005  # of all event gaps: about where a p99 starts to move
+
 DEFINITIONS = {
     "ttft": "first content event received - request handed to the socket",
     "e2e_latency": "last content event received - request handed to the socket",
@@ -182,6 +184,17 @@ def build(
         }
 
     reasons = list(extra_reasons)
+    # Events of one stream that one read returned carry the time of the last of them (kernel stamp of
+    # the last segment, or the read's time): the gap between them reads 0 and the gap before them
+    # grows by as much. Past READ_TOGETHER_LIMIT of all gaps, ITL and TTFT percentiles are not claimed.
+    read_together = itl_ev.count(0.0)
+    if itl_ev and read_together > READ_TOGETHER_LIMIT * len(itl_ev):
+        reasons.append(
+            f"{read_together} of {len(itl_ev)} events ({100 * read_together / len(itl_ev):.1f}%) were read "
+            f"together with the next event of their stream (> {100 * READ_TOGETHER_LIMIT:g}%): their times "
+            "are the later event's, so ITL and TTFT percentiles are not trustworthy (the client or the box "
+            "fell behind the stream, or the server sent them at once)"
+        )
     if lag_ms and pct(lag_ms, 99) > lag_limit_ms:
         reasons.append(f"event-loop lag p99 {pct(lag_ms, 99):.1f} ms > {lag_limit_ms:g} ms")
     if sl_sorted and pct(sl_sorted, 99) > lag_limit_ms:
@@ -194,6 +207,8 @@ def build(
             "reliability": {
                 "loop_lag_ms": tri(lag_ms),
                 "schedule_lag_ms": tri(sl_sorted),
+                "events_read_together": read_together,
+                "event_gaps": len(itl_ev),
                 "reasons": reasons,
             },
             "t0_epoch_s": cfg["t0_epoch_s"],
