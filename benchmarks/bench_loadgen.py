@@ -29,10 +29,20 @@ client's own code runs unchanged, ``--backend sglang --dataset-name random-ids``
 requests and concurrency, its default one warm-up request (dropped from the truth), and a tokenizer
 directory in which every streamed word is one token (benchmarks/truthserver/tokdir.py).
 
+``--shapes``: instead, the workload-shape sweep at C = 256 (4·C requests; 2·C for OSL 1024): one
+factor at a time around the base shape (TTFT 50 ms, ITL 10 ms, OSL 128) — ITL 2, 5, 7, 10, 20, 50 ms;
+TTFT 10, 80, 500 ms; OSL 16, 96, 1024. Targets on every shape (medians over reps): TTFT error mean
+≤ 5 ms, p99 ≤ 25 ms, ITL p99 ≤ 1 ms. A shape that misses them passes only as "beyond this box" when
+the evidence says the box could not serve and read it at once — the server fell behind its own
+schedule (truth-log lag p99 over 1 ms) or the host's CPUs were saturated (≥ 90% busy over the run,
+every process counted) — **and** loadgen marked every such run unreliable; a missed target
+reported as reliable fails.
+
 ``--parse-only``: no server; loadgen's receive path alone (benchmarks/loadgen_receive_path.py).
 
 usage: python benchmarks/bench_loadgen.py [--clients loadgen,httpx,aiohttp,raw,sglang]
        [--conc 1,64,256,1024] [--reps 1] [--no-ingest] [--json OUT] [--server-procs 2]
+       python benchmarks/bench_loadgen.py --shapes [--clients loadgen] [--reps 3]
 """
 
 from __future__ import annotations
@@ -57,6 +67,17 @@ from benchmarks.truthserver.launch import TruthServer  # noqa: E402
 DEFAULT_CLIENTS = "loadgen,httpx,aiohttp,raw,sglang"
 
 
+def host_cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies over every CPU of the host since boot (Linux /proc/stat); (0, 0) elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def one_case(
     clients: Clients,
     client: str,
@@ -72,7 +93,11 @@ def one_case(
     with TruthServer(
         log, ttft_ms=ttft, itl_ms=itl, tokens_per_event=tpe, extra=["--procs", str(procs)]
     ) as srv:
+        t1 = time.monotonic()
+        busy0, total0 = host_cpu_times()
         fig, cpu = clients.run(client, srv.port, w)
+        busy1, total1 = host_cpu_times()
+        client_wall = time.monotonic() - t1
         wall = time.monotonic() - t0
     srv_cpu = srv.report.get("cpu_s", math.nan)
     tr = truth.analyze(log, 1 if client == "sglang" else 0)  # sglang: its warm-up request
@@ -97,11 +122,17 @@ def one_case(
         "srv_cpu_s_per_1k_tok": 1000 * srv_cpu / toks,
         # serving processes' CPU over the server's life (about the client's run): cores in use
         "srv_cpu_share": srv_cpu / wall,
+        "client_cpu_share": cpu / client_wall,
+        "box_cpu_share": (srv_cpu + cpu) / wall / (os.cpu_count() or 1),
+        # every process on the host (other people's jobs included), over the client's run
+        "host_cpu_busy": (busy1 - busy0) / (total1 - total0) if total1 > total0 else math.nan,
         "srv_lag_p99_ms": tr["lag_ms"].get("p99", math.nan),
         # share of events written while the connection still had unsent bytes (the client was behind)
         "srv_backlog_pct": 100 * tr["backlogged_events"] / max(tr["events"], 1),
         "reliable": fig.get("reliable"),
         "reasons": fig.get("reasons"),
+        "read_together_pct": fig.get("read_together_pct", math.nan),
+        "loop_lag_p99": fig.get("loop_lag_p99", math.nan),
         "workers": fig.get("workers"),
     }
 
@@ -233,6 +264,88 @@ def check_targets(rows: list[dict]) -> int:
     return failed
 
 
+# (name, TTFT ms, ITL ms, OSL): one factor at a time around the base shape TTFT 50 / ITL 10 / OSL 128
+SHAPES = (
+    ("itl2", 50.0, 2.0, 128),
+    ("itl5", 50.0, 5.0, 128),
+    ("itl7", 50.0, 7.0, 128),
+    ("itl10", 50.0, 10.0, 128),
+    ("itl20", 50.0, 20.0, 128),
+    ("itl50", 50.0, 50.0, 128),
+    ("ttft10", 10.0, 10.0, 128),
+    ("ttft80", 80.0, 10.0, 128),
+    ("ttft500", 500.0, 10.0, 128),
+    ("osl16", 50.0, 10.0, 16),
+    ("osl96", 50.0, 10.0, 96),
+    ("osl1024", 50.0, 10.0, 1024),
+)
+SHAPE_CONC = 256
+SHAPE_TARGETS = (("ttft_err_mean", 5.0), ("ttft_err_p99", 25.0), ("itl_err_p99", 1.0))
+SERVER_BEHIND_MS = 1.0  # truth-log lag p99 above this: the server did not keep its own schedule
+BOX_SATURATED = 0.9  # CPUs busy over the run (every process on the host), as a share of all of them
+
+
+def run_shapes(clients: Clients, names: list[str], reps: int, procs: int) -> list[dict]:
+    rows = []
+    for rep in range(reps):
+        for shape, ttft, itl, osl in SHAPES:
+            n = (2 if osl >= 1024 else 4) * SHAPE_CONC
+            for client in names:
+                row = one_case(clients, client, Workload(SHAPE_CONC, n, osl), ttft, itl, procs)
+                row.update(case=shape, rep=rep, events_per_s=SHAPE_CONC / (itl / 1e3))
+                rows.append(row)
+                print_row(row)
+    return rows
+
+
+def shape_verdicts(rows: list[dict]) -> int:
+    """One line per shape for client 'loadgen' (medians over reps); count the shapes that fail."""
+    print(
+        "\nshape sweep, C=256, client loadgen, medians over reps (targets: TTFT err mean <= 5, p99 <= 25, "
+        "ITL err p99 <= 1 ms):"
+    )
+    print(
+        "  shape    ev/s | ttft err mean   p99 | itl err p99 | read together | srv lag p99 | host cpu | "
+        "unreliable | verdict"
+    )
+    failed = 0
+    for shape, *_ in SHAPES:
+        sel = [r for r in rows if r["case"] == shape and r["client"] == "loadgen"]
+        if not sel:
+            continue
+        med = {
+            k: statistics.median(r[k] for r in sel)
+            for k in ("ttft_err_mean", "ttft_err_p99", "itl_err_p99", "read_together_pct", "srv_lag_p99_ms",
+                      "host_cpu_busy", "events_per_s")
+        }  # fmt: skip
+        met = all(abs(med[k]) <= limit for k, limit in SHAPE_TARGETS)
+        unreliable = sum(1 for r in sel if r["reliable"] is False)
+        box_short = med["srv_lag_p99_ms"] > SERVER_BEHIND_MS or med["host_cpu_busy"] >= BOX_SATURATED
+        missed = [r for r in sel if not all(abs(r[k]) <= limit for k, limit in SHAPE_TARGETS)]
+        if met:
+            verdict = "PASS"
+        elif box_short and all(r["reliable"] is False for r in missed):
+            why = []
+            if med["srv_lag_p99_ms"] > SERVER_BEHIND_MS:
+                why.append(f"server lag p99 {med['srv_lag_p99_ms']:.1f} ms")
+            if med["host_cpu_busy"] >= BOX_SATURATED:
+                why.append(f"CPUs {100 * med['host_cpu_busy']:.0f}% busy")
+            verdict = f"BEYOND THIS BOX ({', '.join(why)}; every missed run marked unreliable)"
+        elif any(r["reliable"] is not False for r in missed):
+            verdict = "FAIL: a run that missed the targets was reported as reliable"
+        else:
+            verdict = "FAIL: targets missed on a box that kept up"
+        failed += verdict.startswith("FAIL")
+        print(
+            f"  {shape:>7} {med['events_per_s']:6.0f} | {med['ttft_err_mean']:+8.2f} "
+            f"{med['ttft_err_p99']:+7.2f} | {med['itl_err_p99']:+8.2f}    | "
+            f"{med['read_together_pct']:9.2f}%    | {med['srv_lag_p99_ms']:8.2f}    | "
+            f"{100 * med['host_cpu_busy']:5.0f}%  | {unreliable}/{len(sel)}"
+            f"        | {verdict}"
+        )
+    return failed
+
+
 def make_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default=DEFAULT_CLIENTS)
@@ -244,6 +357,7 @@ def make_parser() -> argparse.ArgumentParser:
     ap.add_argument("--server-procs", type=int, default=2, help="truthserver serving processes")
     ap.add_argument("--base-src", default=None, help="dir holding another loadgen package (clients base*)")
     ap.add_argument("--parse-only", action="store_true", help="time the receive path only (no server)")
+    ap.add_argument("--shapes", action="store_true", help="the C=256 workload-shape sweep instead")
     ap.add_argument(
         "--sglang-src",
         default=os.environ.get("SGLANG_BENCH_SRC"),
@@ -288,6 +402,8 @@ def main() -> int:
         return 0
     if a.server_procs < 1:
         ap.error(f"--server-procs must be >= 1, got {a.server_procs}")
+    if a.shapes:
+        a.clients = a.clients if a.clients != DEFAULT_CLIENTS else "loadgen"
     names = pick_clients(ap, a)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-loadgen-") as tmp:
@@ -300,6 +416,13 @@ def main() -> int:
         if "sglang" in names:
             clients.tokenizer_dir = os.path.join(tmp, "tok")
             tokdir.build(clients.tokenizer_dir)
+        if a.shapes:
+            rows = run_shapes(clients, names, a.reps, a.server_procs)
+            if a.json:
+                with open(a.json, "w") as f:
+                    json.dump(rows, f, indent=1)
+            failed = shape_verdicts(rows)
+            return 1 if failed and a.strict else 0
         cases = [
             (f"c{c}", Workload(c, 4 * c, 128), 50.0, 10.0) for c in (int(x) for x in a.conc.split(",") if x)
         ]

@@ -199,6 +199,10 @@ class Clients:
             "failed": d["failed"],
             "reliable": d["reliable"],
             "reasons": d["reliability"]["reasons"],
+            "read_together_pct": 100
+            * d["reliability"].get("events_read_together", 0)
+            / max(d["reliability"].get("event_gaps", 0), 1),
+            "loop_lag_p99": d["reliability"]["loop_lag_ms"]["p99"],
             "workers": d["workers"],
         }
 
