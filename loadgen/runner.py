@@ -28,6 +28,7 @@ from .worker import WorkerSpec, worker_main
 START_MARGIN_NS = 30_000_000  # the "go" message reaches every worker well before the start time
 STOP_GRACE_S = 5.0  # after a stop, the longest the workers get to hand back their records
 EXIT_GRACE_S = 0.5  # then how long they get to exit before they are killed
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(BaseException):
@@ -138,11 +139,15 @@ class _Workers:
         got = []
         for c in multiprocessing.connection.wait(waiting, timeout=timeout):
             w = self.pipes.index(c)
+            # a signal handled halfway through a big message would lose it and the pipe's framing
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 got.append((w, c.recv()))
             except (EOFError, OSError):
                 self.live.discard(w)
                 got.append((w, None))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return got
 
     def finish(self) -> None:
@@ -225,6 +230,8 @@ def run(
             out.main_start_ns = go("main")
             for msg in collect(PhaseDone, "main"):
                 take_main(out, msg)
+                if msg.stopped:  # a signal to the worker alone, or its own stop
+                    out.worker_errors.append(f"worker {msg.wid} stopped before the end of the main phase")
             out.main_over_ns = perf_counter_ns()
             bar.show(len(main), force=True)
         except (Interrupted, RunRefused) as exc:
