@@ -251,7 +251,9 @@ def announce(args: argparse.Namespace, plan: Plan, workers: int) -> None:
     )
 
 
-def run_phases(args: argparse.Namespace, plan: Plan, workers: int) -> tuple[runner.RunOutcome, dict | None]:
+def run_phases(
+    args: argparse.Namespace, plan: Plan, workers: int, signals: runner.StopSignals
+) -> tuple[runner.RunOutcome, dict | None]:
     """Warm-up, the optional cache flush and /metrics scrape, the main phase; (outcome, metrics)."""
     metrics: dict = {"before": None, "after": None}
 
@@ -281,6 +283,7 @@ def run_phases(args: argparse.Namespace, plan: Plan, workers: int) -> tuple[runn
         plan.warm,
         plan.main,
         before_main,
+        signals,
         use_uvloop=not args.no_uvloop,
         kernel_ts=args.timestamps == "kernel",
     )
@@ -408,8 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     validate(p, args)
     clock = Clock(perf_counter_ns(), time.time())
     raise_open_files_limit()
-    for sig in STOP_SIGNALS:  # from here on a signal ends the run with what was measured
-        signal.signal(sig, runner.raise_on_signal)
+    signals = runner.StopSignals()  # from here on a signal ends the run with what was measured
+    signals.install()
     plan = None
     workers = args.workers if args.workers != "auto" else 1
     try:
@@ -417,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.workers == "auto":
             workers = auto_workers(args.max_concurrency, len(plan.main))
         announce(args, plan, workers)
-        out, server_metrics = run_phases(args, plan, workers)
+        out, server_metrics = run_phases(args, plan, workers, signals)
     except runner.Interrupted as exc:  # before the workers ran: nothing measured, still said so
         ignore_stop_signals()
         write_phase(args.phase_file, "done")

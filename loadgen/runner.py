@@ -17,6 +17,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(BaseException):
-    """SIGTERM or SIGINT arrived (raised by the handler ``raise_on_signal`` installs)."""
+    """SIGTERM or SIGINT arrived (raised once per run, see ``StopSignals``)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -47,8 +48,62 @@ class RunRefused(Exception):
     """``before_main`` refuses the main phase (e.g. the cache flush never succeeded)."""
 
 
-def raise_on_signal(signum: int, frame) -> None:
-    raise Interrupted(signum)
+class StopSignals:
+    """SIGTERM/SIGINT for the parent: turned into one ``Interrupted``, raised where it is safe.
+
+    While ``raising`` (plain Python code: making prompts, the HTTP calls before the main phase) the
+    handler raises at once. Elsewhere (forking the workers, reading their pipes) it only notes the
+    signal and wakes the parent's wait through a socket (``signal.set_wakeup_fd``); the wait then
+    raises. A raise inside fork's at-fork hooks or halfway through a pipe read would be lost or
+    would corrupt the pipe. Later signals are swallowed: ``timeout`` signals loadgen and then its
+    whole process group, so loadgen gets each signal twice, and nothing may cut the hand-back short.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.raised = False
+        self.raising = True
+        self.rsock, self.wsock = socket.socketpair()
+        self.rsock.setblocking(False)
+        self.wsock.setblocking(False)
+
+    def install(self) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._handler)
+        signal.set_wakeup_fd(self.wsock.fileno(), warn_on_full_buffer=False)
+
+    def _handler(self, signum: int, frame) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        if self.raising:
+            self.raised = True
+            raise Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise the noted signal, once."""
+        with contextlib.suppress(OSError):
+            while self.rsock.recv(512):
+                pass
+        if self.signum is not None and not self.raised:
+            self.raised = True
+            raise Interrupted(self.signum)
+
+    @contextlib.contextmanager
+    def raising_here(self):
+        """Plain code (no fork, no pipe read): a signal may raise at once, a noted one too."""
+        old, self.raising = self.raising, True
+        try:
+            self.check()
+            yield
+        finally:
+            self.raising = old
+
+    def release_in_child(self) -> None:
+        """In a forked worker: the parent's wake-up socket is not ours to write."""
+        signal.set_wakeup_fd(-1)
+        self.rsock.close()
+        self.wsock.close()
 
 
 def split_cap(cap: int | None, workers: int) -> list[int | None]:
@@ -107,7 +162,8 @@ class RunOutcome:
 class _Workers:
     """The forked worker processes and the parent's ends of their pipes."""
 
-    def __init__(self, specs: list[WorkerSpec]) -> None:
+    def __init__(self, specs: list[WorkerSpec], signals: StopSignals) -> None:
+        self.signals = signals
         ctx = multiprocessing.get_context("fork")
         self.pipes: list[multiprocessing.connection.Connection] = []
         self.procs = []
@@ -120,7 +176,8 @@ class _Workers:
         for w, spec in enumerate(specs):
             # the child closes every pipe end but its own, so the parent's death closes its pipe
             inherited = self.pipes + [c for k, c in enumerate(child_ends) if k != w]
-            p = ctx.Process(target=worker_main, args=(spec, child_ends[w], me, inherited), daemon=True)
+            args = (spec, child_ends[w], me, inherited, signals.release_in_child)
+            p = ctx.Process(target=worker_main, args=args, daemon=True)
             p.start()
             self.procs.append(p)
         for c in child_ends:
@@ -134,20 +191,21 @@ class _Workers:
 
     def receive(self, timeout: float) -> list[tuple[int, object]]:
         """(worker, message) for every message that arrives within ``timeout``; a dead worker's
-        pipe gives (worker, None) and the worker leaves ``live``."""
+        pipe gives (worker, None) and the worker leaves ``live``. A stop signal ends the wait and
+        raises ``Interrupted`` here, between messages, never inside one."""
         waiting = [self.pipes[w] for w in self.live]
         got = []
-        for c in multiprocessing.connection.wait(waiting, timeout=timeout):
+        ready = multiprocessing.connection.wait([*waiting, self.signals.rsock], timeout=timeout)
+        self.signals.check()  # before any read: what the workers sent stays in the pipes for the stop
+        for c in ready:
+            if c is self.signals.rsock:
+                continue
             w = self.pipes.index(c)
-            # a signal handled halfway through a big message would lose it and the pipe's framing
-            old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 got.append((w, c.recv()))
             except (EOFError, OSError):
                 self.live.discard(w)
                 got.append((w, None))
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return got
 
     def finish(self) -> None:
@@ -172,13 +230,14 @@ def run(
     warm: list[tuple],
     main: list[tuple],
     before_main: Callable[[], None],
+    signals: StopSignals,
     use_uvloop: bool = True,
     kernel_ts: bool = True,
 ) -> RunOutcome:
     """Fork ``workers`` processes, run warm-up (if any) and the main phase, collect the records.
 
-    The caller installs ``raise_on_signal`` for SIGTERM/SIGINT; an ``Interrupted`` raised while this
-    runs is turned into a stop of the workers and ``interrupted_by`` on the outcome.
+    ``signals`` (installed by the caller) turns SIGTERM/SIGINT into ``Interrupted``; here that
+    becomes a stop of the workers and ``interrupted_by`` on the outcome.
     """
     out = RunOutcome()
     workers = max(1, min(workers, cap or workers, max(len(main), 1)))
@@ -188,7 +247,6 @@ def run(
                    use_uvloop, kernel_ts)
         for w in range(workers)
     ]  # fmt: skip
-    pool = _Workers(specs)
     bar = ProgressBar(len(main))
     done_counts = [0] * workers
 
@@ -216,6 +274,8 @@ def run(
         return start
 
     running: list[str] = []  # the phase the workers are in, if any
+    signals.raising = False  # from here on the waits raise it (StopSignals): fork's hooks must not
+    pool = _Workers(specs, signals)
     try:
         try:
             out.pool = collect(Ready)
@@ -225,7 +285,8 @@ def run(
                 for msg in collect(PhaseDone, "warmup"):
                     out.warm.extend(msg.records)
                 running.clear()
-            before_main()
+            with signals.raising_here():  # the caller's HTTP calls: plain code
+                before_main()
             running.append("main")
             out.main_start_ns = go("main")
             for msg in collect(PhaseDone, "main"):
@@ -239,8 +300,6 @@ def run(
                 out.interrupted_by = exc.name
             else:
                 out.refused = str(exc)
-            for sig in (signal.SIGINT, signal.SIGTERM):  # nothing may cut the hand-back short
-                signal.signal(sig, signal.SIG_IGN)
             stop_and_collect(pool, out, running, exc)
         bar.end()
     finally:
@@ -262,7 +321,12 @@ def stop_and_collect(pool: _Workers, out: RunOutcome, running: list[str], why: B
     deadline = time.monotonic() + STOP_GRACE_S
     pending = set(pool.live) if running else set()
     while pending and time.monotonic() < deadline:
-        for w, msg in pool.receive(timeout=max(deadline - time.monotonic(), 0.0)):
+        try:
+            got = pool.receive(timeout=max(deadline - time.monotonic(), 0.0))
+        except Interrupted as exc:  # a signal during a refusal's hand-back: noted, the hand-back goes on
+            out.interrupted_by = out.interrupted_by or exc.name
+            continue
+        for w, msg in got:
             if msg is None or isinstance(msg, WorkerError):
                 pending.discard(w)
             elif isinstance(msg, PhaseDone):

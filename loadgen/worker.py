@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter, perf_counter_ns
 
 from .backends import Req, make_req
@@ -409,11 +410,15 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(4)
 
 
-def worker_main(spec: WorkerSpec, pipe, parent_pid: int, inherited: list) -> None:
+def worker_main(
+    spec: WorkerSpec, pipe, parent_pid: int, inherited: list, release: Callable[[], None]
+) -> None:
     """Process entry point (forked). ``inherited``: pipe ends of the parent (and of the other workers)
-    that fork copied into this process; closed here so that the parent's death closes our pipe."""
+    that fork copied into this process; closed here so that the parent's death closes our pipe.
+    ``release`` drops what fork copied of the parent's signal handling (its wake-up socket)."""
     for sig in STOP_SIGNALS:  # until the event loop takes them over
         signal.signal(sig, _note_signal)
+    release()
     die_with_parent(parent_pid)
     for conn in inherited:
         conn.close()

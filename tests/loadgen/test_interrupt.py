@@ -125,3 +125,32 @@ def test_a_worker_never_outlives_its_parent(tmp_path):
         p.communicate(timeout=30)
     assert not left, f"workers {left} outlived their parent by 5 s"
     assert not out.exists()  # nobody could write the result: the parent was killed
+
+
+@pytest.mark.parametrize("when", ["planning", "main phase"])
+def test_under_timeout_the_result_is_written(tmp_path, when):
+    """GNU timeout signals loadgen and then its whole group, so loadgen gets SIGTERM twice; the second
+    must not cut the hand-back short. Fired while the prompts are still being made, the result says
+    so with no requests; fired in the main phase, it holds the records."""
+    out = tmp_path / "r.json"
+    if when == "planning":  # a million prompts take seconds to make; timeout fires first
+        args = ["--num-prompts", "1000000", "--random-input-len", "1", "--random-output-len", "1"]
+        limit = "4"  # after start-up (up to 2 s on a loaded box), long before the prompts are made
+    else:
+        args = ["--num-prompts", "40", "--random-input-len", "8", "--random-output-len", "40"]
+        limit = "8"  # a few of the 10 rounds of 2.4 s done
+    with FakeServer(ttft=0.01, itl=0.06) as srv:
+        cp = subprocess.run(
+            ["timeout", "-s", "TERM", limit, sys.executable, "-m", "loadgen", "--backend", "sglang",
+             "--base-url", srv.url, "--max-concurrency", "4", "--random-range-ratio", "1",
+             "--warmup-requests", "0", "--output-file", str(out), *args],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert cp.returncode == 124, cp.stderr  # timeout's own code: it fired
+    assert "Traceback" not in cp.stderr, cp.stderr
+    res = json.loads(out.read_text())
+    assert res["complete"] is False and res["interrupted_by"] == "SIGTERM"
+    if when == "planning":
+        assert res["requests"] == [] and res["num_prompts"] == 1000000
+    else:
+        assert res["completed"] >= 1 and res["errors_by_class"].get("cancelled", 0) >= 1
