@@ -41,7 +41,7 @@ reported as reliable fails.
 ``--parse-only``: no server; loadgen's receive path alone (benchmarks/loadgen_receive_path.py).
 
 usage: python benchmarks/bench_loadgen.py [--clients loadgen,httpx,aiohttp,raw,sglang]
-       [--conc 1,64,256,1024] [--reps 1] [--no-ingest] [--json OUT] [--server-procs 2]
+       [--conc 1,64,256,1024] [--reps 1] [--no-ingest] [--json OUT] [--server-procs auto|N]
        python benchmarks/bench_loadgen.py --shapes [--clients loadgen] [--reps 3]
 """
 
@@ -346,6 +346,12 @@ def shape_verdicts(rows: list[dict]) -> int:
     return failed
 
 
+def server_procs(flag: str, paced: bool) -> int:
+    if flag != "auto":
+        return int(flag)
+    return 1 if paced else min(2, os.cpu_count() or 1)
+
+
 def make_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default=DEFAULT_CLIENTS)
@@ -354,7 +360,13 @@ def make_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-ingest", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    ap.add_argument("--server-procs", type=int, default=2, help="truthserver serving processes")
+    ap.add_argument(
+        "--server-procs",
+        default="auto",
+        help="truthserver serving processes; auto: 1 for paced cases (they need less than a CPU, and "
+        "every extra process competes with the client for the CPUs), 2 for max ingest (the server "
+        "must outrun the client)",
+    )
     ap.add_argument("--base-src", default=None, help="dir holding another loadgen package (clients base*)")
     ap.add_argument("--parse-only", action="store_true", help="time the receive path only (no server)")
     ap.add_argument("--shapes", action="store_true", help="the C=256 workload-shape sweep instead")
@@ -400,8 +412,8 @@ def main() -> int:
     if a.parse_only:
         parse_only(base_src)
         return 0
-    if a.server_procs < 1:
-        ap.error(f"--server-procs must be >= 1, got {a.server_procs}")
+    if a.server_procs != "auto" and not (a.server_procs.isdigit() and int(a.server_procs) >= 1):
+        ap.error(f"--server-procs must be auto or an integer >= 1, got {a.server_procs!r}")
     if a.shapes:
         a.clients = a.clients if a.clients != DEFAULT_CLIENTS else "loadgen"
     names = pick_clients(ap, a)
@@ -417,7 +429,7 @@ def main() -> int:
             clients.tokenizer_dir = os.path.join(tmp, "tok")
             tokdir.build(clients.tokenizer_dir)
         if a.shapes:
-            rows = run_shapes(clients, names, a.reps, a.server_procs)
+            rows = run_shapes(clients, names, a.reps, server_procs(a.server_procs, paced=True))
             if a.json:
                 with open(a.json, "w") as f:
                     json.dump(rows, f, indent=1)
@@ -433,7 +445,8 @@ def main() -> int:
                 for client in names:
                     if client == "raw" and case != "ingest":
                         continue  # it measures nothing; only the ingest ceiling needs it
-                    row = one_case(clients, client, w, ttft, itl, a.server_procs)
+                    procs = server_procs(a.server_procs, paced=case != "ingest")
+                    row = one_case(clients, client, w, ttft, itl, procs)
                     row["case"] = case
                     row["rep"] = rep
                     rows.append(row)
