@@ -46,7 +46,8 @@ import sys
 import time
 from time import perf_counter_ns
 
-from .server import Conn, Server, static_gets
+from .conn import KERNEL_STAMPS, SO_TIMESTAMPNS, Listener
+from .server import Server, static_gets
 from .stream import Settings
 
 PR_SET_PDEATHSIG = 1
@@ -96,6 +97,8 @@ def listen_sockets(host: str, port: int, n: int) -> list[socket.socket]:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if KERNEL_STAMPS:  # switched on before any client connects; accepted sockets inherit it
+            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         s.bind((host, port))
         port = s.getsockname()[1]
         s.listen(4096)
@@ -110,14 +113,14 @@ async def serve(a: argparse.Namespace, sock: socket.socket, proc: int, report_fd
     s = Settings(a)
     srv = Server(s, a.log, proc, a.procs)
     gets = static_gets(s, sock.getsockname()[1])
-    server = await loop.create_server(lambda: Conn(srv, gets), sock=sock)
+    listener = Listener(srv, sock, gets)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loop.call_later(1.0, srv.flush_every_second)
     os.write(report_fd, b"ready\n")
     await stop.wait()
-    server.close()
+    listener.close()
     os.write(report_fd, json.dumps(srv.close()).encode() + b"\n")
 
 

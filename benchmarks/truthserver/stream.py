@@ -123,7 +123,7 @@ class Stream:
     def __init__(self, srv: Server, conn: Conn, api: str, req: dict, rec: dict) -> None:
         s = srv.s
         self.conn = conn
-        self.tr = conn.transport
+        self.tr = conn  # write() and get_write_buffer_size(), as an asyncio transport has
         self.text = srv.text
         self.api = api
         self.rec = rec

@@ -245,3 +245,29 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_arrival_is_when_the_request_reached_the_host_not_when_the_server_read_it(tmp_path):
+    """A stopped (descheduled) server reads the request 0.3 s late: the truth still counts TTFT from
+    the kernel's receive time, so the wait is the server's (lag, read_us), never a client's error."""
+    log = tmp_path / "truth.jsonl"
+    with TruthServer(str(log), ttft_ms=20, itl_ms=5) as srv:
+        (child,) = _children(srv.pid)
+        body = json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 3}, "stream": True})
+        head = f"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as s:
+            time.sleep(0.2)  # accepted before the stop
+            os.kill(child, signal.SIGSTOP)
+            try:
+                sent = perf_counter_ns()
+                s.sendall(head + body.encode())
+                time.sleep(0.3)
+            finally:
+                os.kill(child, signal.SIGCONT)
+            buf = b""
+            while not buf.endswith(b"0\r\n\r\n"):
+                buf += s.recv(65536)
+    (rec,) = log_records(log)
+    assert 0 <= rec["arrival_ns"] - sent < 50e6  # the kernel's time, not the late read
+    assert rec["read_us"] >= 250_000
+    assert rec["t_us"][0] >= 300_000  # the true TTFT includes the server's wait
