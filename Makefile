@@ -17,7 +17,7 @@ all: test
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,calibrate]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -54,7 +54,7 @@ test: $(STAMP) system-deps zipapp lint
 # it is skipped.
 BENCHES := bench_analysis bench_enginesim bench_loadgen bench_orchestration bench_rig_orchestration
 bench: $(STAMP) zipapp
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -e '.[dev,calibrate,bench]'
 	@missed=""; for b in $(BENCHES); do \
 	  echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || missed="$$missed $$b"; \
 	done; \

@@ -25,6 +25,11 @@ USED_WITHOUT_IMPORT = {
     "paramiko": "ansible-core's paramiko_ssh connection plugin (-c paramiko_ssh)",
     "pandas": "the analyst API of analysis",
 }
+# optional-group dependencies that shipped code imports, only on an optional path, and which path
+OPTIONAL_FEATURES = {
+    "tokenizers": "loadgen's --tokenizer DIR, imported only when given and installed",
+    "torch": "python -m enginesim.calibrate only (on a GPU node the engine image's own torch)",
+}
 
 
 def deps(spec: list[str]) -> list[str]:
@@ -52,8 +57,7 @@ def test_main_dependencies_are_used_and_extras_are_not_shipped():
     assert not unused, f"main dependencies no shipped code imports (move them to dev/bench): {unused}"
     for group, specs in project["optional-dependencies"].items():
         shipped = [d for d in deps(specs) if IMPORT_NAME.get(d, d.replace("-", "_")) in used]
-        # tokenizers: loadgen imports it only when a tokenizer directory is given and it is installed
-        shipped = [d for d in shipped if d != "tokenizers"]
+        shipped = [d for d in shipped if d not in OPTIONAL_FEATURES]
         assert not shipped, (
             f"[{group}] dependencies imported by shipped code (they belong in main): {shipped}"
         )

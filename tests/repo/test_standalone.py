@@ -30,8 +30,10 @@ OUTSIDE = (
     ),
     (r"os\.path\.dirname\((ROOT|REPO)\)|\b(ROOT|REPO)\.parent\b", "a folder above the repository root"),
 )
-# Files whose text other tools wrote (real outputs kept as fixtures): their paths are theirs.
-THIRD_PARTY = re.compile(r"^tests/.+/fixtures/(?!README\.md$)")
+# Files whose text a tool wrote elsewhere, kept as records: real client outputs used as test fixtures,
+# and raw measurement records (enginesim/data/measured/<device>/, as the measuring run wrote them on
+# its machine). The paths inside are the other machine's, recorded as provenance; nothing here reads them.
+THIRD_PARTY = re.compile(r"^(tests/.+/fixtures/|[^/]+/data/measured/)(?!.*README\.md$)")
 # *.md names the project writes (not documents it points to)
 OUTPUT_DOCS = {"report.md"}
 DOC_NAME = re.compile(r"(?<![\w./-])([\w./-]*[\w-]\.md)\b")
