@@ -47,7 +47,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=_ARGUMENT_SPEC)
         run_dir = Path(args["run_dir"])
-        result.update(changed=False, interrupted_cases=[], unreadable=[])
+        result.update(changed=False, closed=False, interrupted_cases=[], unreadable=[])
         manifest_path = run_dir / "manifest.json"
         if not manifest_path.exists():
             result["msg"] = f"{run_dir}: no manifest.json, no run to close"
@@ -79,6 +79,7 @@ class ActionModule(ActionBase):
         cases = result["interrupted_cases"]
         result.update(
             changed=True,
+            closed=True,
             msg=f"{closed}; "
             + (
                 f"{len(cases)} running case(s) marked INTERRUPTED: {', '.join(cases)}"

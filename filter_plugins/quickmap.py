@@ -44,6 +44,11 @@ def secret_env(env: dict[str, Any]) -> dict[str, Any]:
     return _redact.split_env(dict(env))[1]
 
 
+def oneline(value: Any) -> str:
+    """Text safe inside a shell comment: a line break would end the comment and start a command."""
+    return str(value).replace("\r", " ").replace("\n", " ")
+
+
 def redact(value: Any) -> Any:
     """Mask secrets in a string, list or mapping exactly as saved files are masked."""
     return _redact.redact(value)
@@ -84,5 +89,6 @@ class FilterModule:
             "quickmap_public_env": public_env,
             "quickmap_secret_env": secret_env,
             "quickmap_redact": redact,
+            "quickmap_oneline": oneline,
             "quickmap_zipapp_version": zipapp_version,
         }

@@ -49,6 +49,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+closed:
+  description: True when this call closed the run (then a report of what it measured is due).
+  returned: always
+  type: bool
 interrupted_cases:
   description: Case directories (relative to the run) that were running and are now failed INTERRUPTED.
   returned: always
