@@ -109,7 +109,8 @@ def test_tags_mixed_runs_only_the_ab_and_a_background_that_ends_first_is_no_succ
     )
     res = run_cli(ev, "--tags", "mixed")
     run_dir = run_env["results"] / "ab"
-    assert res.rc == 0, res.output[-3000:]
+    # No success: the run fails, naming the repetition, after the report was written.
+    assert res.rc != 0 and "case run(s) failed: mixed/rep1" in res.output, res.output[-3000:]
     assert not (run_dir / "cases").exists()
     assert _meta(run_dir, "mixed/rep1/control")["status"] == "completed"
     for role in ("decode_background", "prefill_injection"):
