@@ -25,12 +25,16 @@ SECRET_ARG_ENV_PREFIX = "QUICKMAP_SECRET_"
 
 _WORD_SPLIT = re.compile(r"[_\-.\s]+")
 _QUOTED = r"\"(?:[^\"\\]|\\.)*\"|'[^']*'"
-# NAME=value (shell assignment, env listing); the value may be quoted.
-_ASSIGN = re.compile(r"\b([A-Za-z0-9_]+)=(" + _QUOTED + r"|[^\s'\"]+)")
+# Each pattern matches a key and looks ahead at its value without consuming it, so a key nested in
+# another one's value (server_args=ServerArgs(api_key='...')) is still found.
+# NAME=value (shell assignment, env listing, Python repr); the value may be quoted.
+_ASSIGN = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z0-9_]+)=(?=(" + _QUOTED + r"|[^\s'\")]+))")
 # "name": value / 'name': value / name: value (JSON, Python repr, YAML).
-_MAPPING = re.compile(r"([\"']?)([A-Za-z0-9_.-]+)\1(\s*:\s*)(" + _QUOTED + r"|[^\s,{}\[\]]+)")
+_MAPPING = re.compile(r"([\"']?)([A-Za-z0-9_.-]+)\1\s*:\s*(?=(" + _QUOTED + r"|[^\s,{}\[\]]+))")
 # --flag value, --flag=value, and the list spellings "--flag", "value" / '--flag','value'.
-_FLAG = re.compile(r"(--[A-Za-z][A-Za-z0-9_-]*)(=|\s+|[\"']\s*,\s*)(" + _QUOTED + r"|(?!--)[^\s,'\"\]]+)")
+_FLAG = re.compile(
+    r"(--[A-Za-z][A-Za-z0-9_-]*)(?:=|\s+|[\"']\s*,\s*)(?=(" + _QUOTED + r"|(?!--)[^\s,'\"\]]+))"
+)
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b")
 
 
@@ -51,29 +55,30 @@ def _masked_value(value: str) -> str:
     return MASK
 
 
+def _mask_values(text: str, pattern: re.Pattern, key_group: int, value_group: int) -> str:
+    """Replace the value of every match whose key is secret (values already masked stay as they are)."""
+    spans = []
+    for m in pattern.finditer(text):
+        start, end = m.span(value_group)
+        if spans and start < spans[-1][1]:
+            continue  # inside a value masked already
+        if is_secret_key(m.group(key_group)) and m.group(value_group).strip("\"'") != MASK:
+            spans.append((start, end))
+    out, last = [], 0
+    for start, end in spans:
+        out += [text[last:start], _masked_value(text[start:end])]
+        last = end
+    return "".join(out) + text[last:]
+
+
 def redact_text(text: str, values: list[str] | tuple[str, ...] = ()) -> str:
     """Mask secret assignments, mapping entries, flag values, HF tokens and the given literal values."""
     out = str(text)
     for value in sorted((v for v in values if v), key=len, reverse=True):
         out = out.replace(value, MASK)
-    out = _ASSIGN.sub(
-        lambda m: f"{m.group(1)}={_masked_value(m.group(2))}" if is_secret_key(m.group(1)) else m.group(0),
-        out,
-    )
-    out = _MAPPING.sub(
-        lambda m: (
-            m.group(1) + m.group(2) + m.group(1) + m.group(3) + _masked_value(m.group(4))
-            if is_secret_key(m.group(2)) and m.group(4).strip("\"'") != MASK
-            else m.group(0)
-        ),
-        out,
-    )
-    out = _FLAG.sub(
-        lambda m: (
-            m.group(1) + m.group(2) + _masked_value(m.group(3)) if is_secret_key(m.group(1)) else m.group(0)
-        ),
-        out,
-    )
+    out = _mask_values(out, _ASSIGN, 1, 2)
+    out = _mask_values(out, _MAPPING, 2, 3)
+    out = _mask_values(out, _FLAG, 1, 2)
     return _HF_TOKEN.sub("hf_" + MASK, out)
 
 
