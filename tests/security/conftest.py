@@ -55,6 +55,15 @@ def sandbox(tmp_path: Path, pyz: Path) -> Iterator[dict[str, Any]]:
     kill_recorded_servers(results)
 
 
+def server_pid(port: int) -> int:
+    """PID of the process listening on ``port`` (from /proc, independent of any record quickmap keeps)."""
+    from module_utils.net_probe import probe_port
+
+    pids = {p["pid"] for s in probe_port("127.0.0.1", port)["listeners"] for p in s["pids"]}
+    assert len(pids) == 1, f"expected one server on port {port}, found {pids}"
+    return pids.pop()
+
+
 def assert_untouched(box: dict[str, Any], before: dict[str, str]) -> None:
     """Nothing outside results/ changed and no injected command ran."""
     assert not box["canary"].exists(), "an injected command ran"

@@ -8,6 +8,8 @@ A reused PID (the record's process is gone and an unrelated process got its numb
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from module_utils.proc_identity import alive, cmdline, start_ticks
 from tests.ansible.conftest import port_listening
 from tests.ansible.runner import recorded_servers, run_cli
 
-from .conftest import assert_untouched, tree_digest
+from .conftest import assert_untouched, server_pid, tree_digest
 
 pytestmark = pytest.mark.slow
 
@@ -26,22 +28,22 @@ def test_tags_stop_stops_only_the_named_runs_server(sandbox: dict) -> None:
     ev = dict(sandbox["extravars"], run_id="runA", case_ids="short_decode_c1")
     started = run_cli(ev, "--tags", "serve")  # starts the server and (by tag choice) leaves it up
     assert started.rc == 0, started.output[-3000:]
-    assert port_listening(sandbox["port"])
-    [record] = recorded_servers(sandbox["results"])
+    pid = server_pid(sandbox["port"])
     before = tree_digest(sandbox["tmp"], skip=sandbox["results"])
+    try:
+        other = run_cli(dict(ev, run_id="runB"), "--tags", "stop")
+        assert port_listening(sandbox["port"]) and alive(pid), "another run's stop killed run A's server"
+        assert other.rc == 0, other.output[-3000:]
+        assert "run runB recorded no server" in other.output
 
-    other = run_cli(dict(ev, run_id="runB"), "--tags", "stop")
-    assert other.rc == 0, other.output[-3000:]
-    assert "run runB recorded no server" in other.output
-    assert port_listening(sandbox["port"]) and alive(record["pid"]), (
-        "another run's stop killed run A's server"
-    )
-
-    own = run_cli(ev, "--tags", "stop")
-    assert own.rc == 0, own.output[-3000:]
-    assert f"pid {record['pid']}" in own.output and "stopped" in own.output
-    assert not port_listening(sandbox["port"]) and not alive(record["pid"])
-    assert_untouched(sandbox, before)
+        own = run_cli(ev, "--tags", "stop")
+        assert own.rc == 0, own.output[-3000:]
+        assert f"pid {pid}" in own.output and "stopped" in own.output
+        assert not port_listening(sandbox["port"]) and not alive(pid)
+        assert_untouched(sandbox, before)
+    finally:
+        if alive(pid) and "enginesim" in (cmdline(pid) or []):
+            os.killpg(pid, signal.SIGKILL)  # the server this test started
 
 
 def test_a_reused_pid_is_left_alone_and_named(sandbox: dict) -> None:

@@ -25,10 +25,10 @@ def test_a_run_id_pointing_outside_results_writes_nothing(sandbox: dict) -> None
     res = run_cli(
         dict(sandbox["extravars"], run_id="../outside", case_ids="short_decode_c1"), "--tags", "fixed"
     )
+    assert not (sandbox["outside"] / "run.log").exists(), "run.log written outside results/"
+    assert_untouched(sandbox, before)
     assert res.rc != 0
     assert 'run_id="../outside" (rule:' in res.output, res.output[-2000:]
-    assert_untouched(sandbox, before)
-    assert not (sandbox["outside"] / "run.log").exists()
     assert not sandbox["results"].exists() or not any(sandbox["results"].iterdir())
 
 
@@ -39,9 +39,9 @@ def test_tags_stop_validates_the_run_id_before_touching_a_manifest(sandbox: dict
     res = run_cli(
         dict(sandbox["extravars"], run_id="../outside", quickmap_interrupted=True), "--tags", "stop"
     )
+    assert_untouched(sandbox, before)
     assert res.rc != 0
     assert 'run_id="../outside" (rule:' in res.output, res.output[-2000:]
-    assert_untouched(sandbox, before)
 
 
 @pytest.mark.parametrize(
@@ -55,9 +55,9 @@ def test_a_trailing_newline_does_not_pass_a_rule(sandbox: dict, extra: dict, sho
     """`$` matches before a final newline; every rule is a full match now (even under --check)."""
     before = tree_digest(sandbox["tmp"], skip=sandbox["results"])
     res = run_cli(dict(sandbox["extravars"], **extra), "--check")
-    assert res.rc != 0 and shown in res.output, res.output[-2000:]
     assert not (sandbox["results"] / "a\n").exists()
     assert_untouched(sandbox, before)
+    assert res.rc != 0 and shown in res.output, res.output[-2000:]
 
 
 def test_no_rule_in_the_playbooks_uses_match_semantics() -> None:

@@ -9,13 +9,17 @@ checks that the harness's own HTTP calls bypass a proxy set in the environment (
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 from pathlib import Path
 
 import pytest
 
-from tests.ansible.runner import read_json, recorded_servers, run_cli
+from tests.ansible.runner import read_json, run_cli
+
+from .conftest import server_pid
 
 pytestmark = pytest.mark.slow
 
@@ -80,18 +84,22 @@ def test_secrets_reach_the_server_environment_only(sandbox: dict) -> None:
     ev = _secret_extravars(sandbox, "sec1")
     started = run_cli(ev, "--tags", "serve", env={"HF_TOKEN": TOKEN})
     assert started.rc == 0, started.output[-3000:]
-    [record] = recorded_servers(sandbox["results"])
+    pid = server_pid(sandbox["port"])
     try:
-        environ = Path(f"/proc/{record['pid']}/environ").read_bytes().split(b"\0")
-        assert f"HF_TOKEN={TOKEN}".encode() in environ and f"MY_API_TOKEN={ENV_SECRET}".encode() in environ
-        argv = Path(f"/proc/{record['pid']}/cmdline").read_bytes().split(b"\0")
-        assert API_KEY.encode() in argv, "the server did not get its --api-key"
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        leaked = _files_with_canaries(sandbox["tmp"])  # while the server runs: its log, its records
     finally:
         stopped = run_cli(ev, "--tags", "stop", env={"HF_TOKEN": TOKEN})
-    assert stopped.rc == 0, stopped.output[-3000:]
+        if Path(f"/proc/{pid}").exists():
+            os.killpg(pid, signal.SIGKILL)  # the server this test started
+    assert not leaked, leaked
+    assert not _files_with_canaries(sandbox["tmp"]), _files_with_canaries(sandbox["tmp"])
     for res in (started, stopped):
         assert not any(c in res.output for c in CANARIES), "a secret was printed"
-    assert not _files_with_canaries(sandbox["tmp"]), _files_with_canaries(sandbox["tmp"])
+    assert f"HF_TOKEN={TOKEN}".encode() in environ and f"MY_API_TOKEN={ENV_SECRET}".encode() in environ
+    assert API_KEY.encode() in argv, "the server did not get its --api-key"
+    assert stopped.rc == 0, stopped.output[-3000:]
     server = sandbox["results"] / "sec1" / "server"
     saved = (server / "localhost.start1_server_cmd.txt").read_text()
     assert '--api-key "***"' in saved and "HF_TOKEN=***" in saved and "MY_API_TOKEN=***" in saved
@@ -107,10 +115,10 @@ def test_no_saved_file_and_no_output_of_a_whole_run_holds_a_secret(sandbox: dict
         res = run_cli(_secret_extravars(sandbox, "sec2"), "--tags", "fixed", env=env)
     finally:
         proxy.close()
-    assert res.rc == 0, res.output[-3000:]
-    assert proxy.connections == 0, "a call to the harness's own server went through the proxy"
-    assert not any(c in res.output for c in CANARIES), "a secret was printed"
     assert not _files_with_canaries(sandbox["tmp"]), _files_with_canaries(sandbox["tmp"])
+    assert not any(c in res.output for c in CANARIES), "a secret was printed"
+    assert proxy.connections == 0, "a call to the harness's own server went through the proxy"
+    assert res.rc == 0, res.output[-3000:]
     run_dir = sandbox["results"] / "sec2"
     manifest = read_json(run_dir / "manifest.json")
     assert "MY_API_TOKEN" not in manifest["engine_env"] and '--api-key "***"' in manifest["engine_flags"]

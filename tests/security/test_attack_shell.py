@@ -199,32 +199,3 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     client = by_tool["timeout"][0]
     for flag in ("--model", "--tokenizer", "--dataset-name", "--dataset-path", "--request-rate", "--seed"):
         assert client[client.index(flag) + 1] == HOSTILE, flag
-
-
-def test_no_task_builds_a_shell_script_from_a_template_expression() -> None:
-    """Inline scripts (shell tasks, `bash -c`) take values as positional arguments, never as {{ }} text."""
-    offenders = []
-    for path in sorted(REPO.glob("roles/*/tasks/*.yml")) + sorted(REPO.glob("playbooks/*.yml")):
-        for task in _tasks(yaml.safe_load(path.read_text()) or []):
-            shell = task.get("ansible.builtin.shell")
-            if shell is not None:
-                script = shell.get("cmd", "") if isinstance(shell, dict) else str(shell)
-                offenders += (
-                    [f"{path.name}: {task.get('name')}"] if "{{" in script and "| quote" not in script else []
-                )
-            command = task.get("ansible.builtin.command")
-            argv = command.get("argv") if isinstance(command, dict) else None
-            if isinstance(argv, list) and len(argv) > 2 and argv[0] == "bash" and argv[1] == "-c":
-                offenders += [f"{path.name}: {task.get('name')}"] if "{{" in str(argv[2]) else []
-    assert not offenders, offenders
-
-
-def _tasks(items: list) -> list[dict]:
-    out = []
-    for item in items if isinstance(items, list) else []:
-        if not isinstance(item, dict):
-            continue
-        out.append(item)
-        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks"):
-            out += _tasks(item.get(key) or [])
-    return out

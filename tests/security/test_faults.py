@@ -57,7 +57,7 @@ def test_a_timed_out_case_names_its_own_timeout_and_fails_the_run(sandbox: dict)
     assert not port_listening(sandbox["port"])
 
 
-def test_failed_cases_can_be_accepted_explicitly(sandbox: dict) -> None:
+def test_failed_cases_can_be_accepted_explicitly_and_are_still_named(sandbox: dict) -> None:
     ev = dict(
         sandbox["extravars"],
         run_id="acc",
@@ -67,6 +67,10 @@ def test_failed_cases_can_be_accepted_explicitly(sandbox: dict) -> None:
         report_summarize=False,
     )
     res = run_cli(ev, "--tags", "fixed")
+    assert (
+        f"1 case run(s) failed, accepted (quickmap_fail_on_case_failure=false): cases/{SLOW_CASE}/rep1"
+        in (res.output)
+    ), res.output[-3000:]
     assert res.rc == 0, res.output[-3000:]
     assert _meta(sandbox["results"] / "acc", f"cases/{SLOW_CASE}/rep1")["error_type"] == "TIMEOUT"
 
