@@ -39,6 +39,7 @@ def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sandbox(tmp_path: Path, pyz: Path) -> Iterator[dict[str, Any]]:
     """results/ (the run root), outside/ (the canary dir, holding one decoy file), a free port."""
     results = tmp_path / "results"
+    results.mkdir()  # as after any earlier run: results/../x then resolves, as it does for a user
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "decoy.txt").write_text("nothing may touch this directory\n")
