@@ -43,9 +43,13 @@ def test_an_environment_name_cannot_inject_a_command(sandbox: dict, env_var: str
 
 STUB = """#!{python}
 import json, os, sys
+tool, argv = os.path.basename(sys.argv[0]), sys.argv[1:]
+call = {{"tool": tool, "argv": argv, "script": os.environ["QM_SCRIPT"], "env": os.environ.get("CAL_X")}}
 with open(os.environ["QM_CALLS"], "a") as fh:
-    fh.write(json.dumps({{"tool": os.path.basename(sys.argv[0]), "argv": sys.argv[1:]}}) + "\\n")
-if os.path.basename(sys.argv[0]) == "docker":
+    fh.write(json.dumps(call) + "\\n")
+if tool == "docker" and argv[:2] == ["inspect", "-f"]:
+    print("exited 0")  # the calibration script waits for its container to exit
+elif tool == "docker":
     print("f" * 64)
 """
 
@@ -114,6 +118,17 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "bench_server_host": HOSTILE,
         "bench_scrape_metrics": True,
         "bench_run": bench_run,
+        "_jobs": [HOSTILE],
+        "calibrate_image": HOSTILE,
+        "calibrate_container_prefix": HOSTILE,
+        "calibrate_container_python": HOSTILE,
+        "calibrate_node_python": HOSTILE,
+        "calibrate_subdir": HOSTILE,
+        "calibrate_sections": [HOSTILE],
+        "calibrate_base": HOSTILE,
+        "calibrate_env": {"CAL_X": HOSTILE},
+        "calibrate_docker_extra_opts": [HOSTILE],
+        "calibrate_timeout_s": 60,
     }
     out = tmp_path / "rendered"
     out.mkdir()
@@ -154,7 +169,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         proc = subprocess.run(
             ["bash", str(script), str(tmp_path / "server.log")],
             cwd=tmp_path,
-            env=env,
+            env=dict(env, QM_SCRIPT=script.name),
             capture_output=True,
             text=True,
             timeout=60,
@@ -169,7 +184,8 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     seen = [json.loads(line) for line in calls.read_text().splitlines()]
     by_tool: dict[str, list[list[str]]] = {}
     for call in seen:
-        by_tool.setdefault(call["tool"], []).append(call["argv"])
+        if not call["script"].startswith("calibrate_"):
+            by_tool.setdefault(call["tool"], []).append(call["argv"])
     assert set(by_tool) == {"setsid", "docker", "curl", "timeout"}, by_tool.keys()
 
     # Every hostile value reached its program as one word, unchanged (the secret flag's value too,
@@ -199,3 +215,21 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     client = by_tool["timeout"][0]
     for flag in ("--model", "--tokenizer", "--dataset-name", "--dataset-path", "--request-rate", "--seed"):
         assert client[client.index(flag) + 1] == HOSTILE, flag
+
+    # The calibration scripts (one container / one process per GPU; here the GPU index is hostile too).
+    out_dir = f"{results}/r1/{HOSTILE}/localhost/gpu{HOSTILE}"
+    cal_docker = [
+        c["argv"] for c in seen if c["script"] == "calibrate_docker.sh" and c["argv"][:2] == ["run", "-d"]
+    ]
+    assert len(cal_docker) == 1, seen
+    argv = cal_docker[0]
+    assert after(argv, "--name") == f"{HOSTILE}-gpu{HOSTILE}" and after(argv, "--gpus") == f"device={HOSTILE}"
+    assert f"CAL_X={HOSTILE}" in argv and argv.count(HOSTILE) >= 3  # extra option, image, python
+    assert after(argv, "--out") == out_dir
+    assert after(argv, "--sections") == HOSTILE and after(argv, "--base") == HOSTILE
+    cal_process = [c for c in seen if c["script"] == "calibrate_process.sh" and c["tool"] == "timeout"]
+    assert len(cal_process) == 1, seen
+    argv = cal_process[0]["argv"]
+    assert argv[2] == HOSTILE and after(argv, "--out") == out_dir and after(argv, "--base") == HOSTILE
+    assert cal_process[0]["env"] == HOSTILE  # exported to the calibration process unchanged
+    assert Path(out_dir).is_dir()
