@@ -262,8 +262,7 @@ def test_a_json_array_bomb_is_named_by_every_reader(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2 and "JSON nested deeper than 1024 levels" in proc.stderr, proc.stderr
-    sys.path.insert(0, str(REPO / "module_utils"))
-    import bench_file
+    from module_utils import bench_file  # the reader the bench_case/bench_result modules run
 
     verdict = bench_file.judge_file(str(bomb), 1, None, 1.0)
     assert not verdict["passed"] and "nested deeper" in verdict["msg"]
