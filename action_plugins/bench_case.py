@@ -25,10 +25,12 @@ from ansible.plugins.action import ActionBase
 try:
     from analysis import state
     from analysis.atomic import read_json_object
+    from module_utils import emulation_verdict
 except ImportError:  # running from a checkout whose package is not installed: use the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from analysis import state
     from analysis.atomic import read_json_object
+    from module_utils import emulation_verdict
 
 _MODULE_ARGS = (
     "case_dir",
@@ -63,6 +65,18 @@ _ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "server_log": {"type": "str", "default": ""},
     "label": {"type": "str", "default": ""},
 }
+# An emulated case's evidence: the /metrics scrapes around it and the pace answer (enginesim only).
+_EMULATION_FILES = ("metrics_before.prom", "metrics_after.prom", "pace.json")
+
+
+def _emulation(case_dir: Path) -> dict | None:
+    """The emulator's realtime verdict for meta.json (None for a real engine), by the one judge."""
+    try:
+        return emulation_verdict.read_case(str(case_dir))
+    except ValueError as exc:  # a scrape prometheus_client cannot parse
+        return {"emulated": True, "verdict": "unknown", "reasons": [f"unparsable /metrics scrape: {exc}"]}
+
+
 # Module results that are noise in meta.json and the play output.
 _DROP = ("invocation", "_ansible_no_log", "changed", "failed")
 
@@ -110,11 +124,14 @@ class ActionModule(ActionBase):
                 case_failed={"rel": label, "error_type": "INTERRUPTED", "reason": closed},
             )
         elif ran.get("passed") and not ran.get("failed"):
-            self._bring(args, [args["result_file"]])
+            self._bring(args, [args["result_file"], *_EMULATION_FILES])
             if "started_at" in ran:
                 final_meta.update(started_at=ran["started_at"], ended_at=ran["ended_at"])
             if args["min_output_fraction"] != 1.0:  # resume and summarize judge by the same rule
                 final_meta["min_output_fraction"] = args["min_output_fraction"]
+            emulation = _emulation(ctrl_dir)
+            if emulation is not None:
+                final_meta["emulation"] = emulation
             state.write_case(ctrl_dir, "completed", final_meta)
             result["msg"] = ran.get("msg", "")
         else:
