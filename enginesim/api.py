@@ -1,8 +1,8 @@
 """The HTTP surfaces of the emulated engine: one App per server, its routes chosen by the flavour.
 
 Why: quickmap's client, its Ansible health checks and its metric scrapes are written against the real
-engines; every status code, error body and stream chunk here follows docs/engine-surfaces.md. Where
-things live:
+engines; every status code, error body and stream chunk follows docs/engine-surfaces.md. Where things
+live:
 
 | file | what |
 |---|---|

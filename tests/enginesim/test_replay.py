@@ -33,7 +33,7 @@ def _loadgen_keys() -> set[str]:
     result builder computes (one finished 3-token request)."""
     workload = ("random_input_len", "random_output_len", "num_prompts", "max_concurrency", "request_rate")
     cfg = {"t0_epoch_s": 0.0, "seed": 1, **dict.fromkeys(workload)}
-    rec = RequestRecord(0, 0, 0, 1, 4, 200, None, None, [2, 3, 4], [1, 1, 1], 3, 8, "server", 0, 2, 0)
+    rec = RequestRecord(0, 0, 0, 1, 4, 200, None, None, [2, 3, 4], [1, 1, 1], 3, 8, "server", None, 2, 0)
     return set(lg_results.build(cfg, [rec], 0, 0, 4, [], False, True, 25.0, []))
 
 
