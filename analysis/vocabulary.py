@@ -1,4 +1,4 @@
-"""The run-directory vocabulary of DESIGN.md: case statuses, error types, run statuses.
+"""The run-directory vocabulary of docs/README.md: case statuses, error types, run statuses.
 
 Kept apart (and import-free) so the CLI can offer the choices without loading the state code.
 """
@@ -14,5 +14,6 @@ ERROR_TYPES = (
     "BENCH_FAILED",
     "BACKGROUND_FINISHED_BEFORE_INJECTION",
     "GATE_FAILED",
+    "INTERRUPTED",
 )
 RUN_STATUSES = ("completed", "failed", "partial", "interrupted")

@@ -4,8 +4,9 @@
 
 The one reader of result formats for the whole project: the modules run it on the node (standard
 library only, Python 3.8-compatible, shipped by AnsiballZ), and ``analysis`` imports the same file for
-its format detection and case facts. The verdict itself lives in ``verdicts.py``. Formats, detected by
-keys, never by file name:
+its format detection and case facts. The verdict itself lives in ``verdicts.py``. Formats (loadgen's
+schema in analysis/README.md, the clients' files in docs/bench-clients.md), detected by keys, never by
+file name:
 
 - quickmap loadgen JSON (``schema: quickmap.loadgen/1``): ``completed``/``failed``/``complete`` and
   per-request ``requests[].output_tokens``;
@@ -177,6 +178,8 @@ def load_result(path: str, record: str = "last") -> dict:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         whole_error = exc
+    except RecursionError as exc:  # an array/object bomb: name it instead of crashing the module
+        raise BenchFileError("unparsable", "JSON nested deeper than the parser's recursion limit") from exc
     else:
         fmt = detect_format(obj)
         if fmt is None:
@@ -199,6 +202,9 @@ def load_result(path: str, record: str = "last") -> dict:
             cand = json.loads(stripped)
         except json.JSONDecodeError as exc:
             last_bad = (number, exc.msg)
+            continue
+        except RecursionError:
+            last_bad = (number, "JSON nested deeper than the parser's recursion limit")
             continue
         fmt = detect_format(cand)
         if fmt is not None:

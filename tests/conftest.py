@@ -6,11 +6,46 @@ SPLIT_TESTS are independent runs on the worker's own rig and are units of their 
 their file stays one unit (in test_rig_map.py, the checks that share the `full_map` run). Units are
 handed out longest first (SLOW_UNITS, then collection order), so a multi-minute unit never starts
 last and runs alone. Order inside a unit never changes.
+
+Skip report: Session-wide hook: with QUICKMAP_SKIP_REPORT=FILE set, every skipped test (node id and reason) is
+written to FILE as JSON when the session ends, for the skip gate (.ci/check_skips.py).
 """
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
+
+_SKIPS: list[dict] = []
+
+
+def _reason(report) -> str:
+    longrepr = report.longrepr  # for a skip: (file, line, "Skipped: reason")
+    text = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SKIPS.append({"nodeid": report.nodeid, "when": report.when, "reason": _reason(report)})
+
+
+def pytest_collectreport(report) -> None:
+    if report.skipped:  # a whole module skipped at import
+        _SKIPS.append({"nodeid": report.nodeid, "when": "collect", "reason": _reason(report)})
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    path = os.environ.get("QUICKMAP_SKIP_REPORT")
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller sees every worker's reports
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"exitstatus": int(exitstatus), "skips": _SKIPS}, f, indent=1)
+        os.replace(tmp, path)
+
 
 # Tests that are units of their own (each is a whole playbook run on the rig, needing nothing from the
 # other tests of its file).
