@@ -33,6 +33,7 @@ def test_one_line_per_phase_and_case_progress_failures_and_the_report_last(run_e
     phases = [line.split()[1:3] for line in lines if line.startswith("phase ")]
     assert phases == [
         ["Preflight", "ok"],
+        ["Calibrate", "skipped"],  # --tags calibrate only
         ["Serve", "ok"],
         ["Fixed", "ok"],
         ["Mixed", "skipped"],
