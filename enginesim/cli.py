@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import catalog, hwprofile
+from . import catalog, engine_versions, hwprofile
 
 SGLANG_KV_DTYPES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
 VLLM_KV_DTYPES = ["auto", "fp8", "fp8_e5m2", "fp8_e4m3", "bfloat16", "fp8_inc", "fp8_ds_mla"]
@@ -77,8 +77,10 @@ class Config:
     raw: dict[str, Any]
 
 
-def _add_sim_flags(p: argparse.ArgumentParser) -> None:
+def _add_sim_flags(p: argparse.ArgumentParser, flavour: str) -> None:
     g = p.add_argument_group("enginesim (emulator-only knobs; env ENGINESIM_* is the fallback)")
+    g.add_argument(engine_versions.FLAG, choices=engine_versions.VERSIONS[flavour], default=None)
+    g.add_argument("--sim-print-version", action="store_true", help="print the emulated version and exit")
     g.add_argument("--sim-time-scale", type=float, default=None)
     g.add_argument("--sim-hardware", choices=catalog.hardware_keys(), default=None)
     g.add_argument("--sim-hw-json", default=None, help="JSON object or file overriding hardware fields")
@@ -187,7 +189,7 @@ def _positive(name: str) -> Any:
     return conv
 
 
-def sglang_parser() -> argparse.ArgumentParser:
+def sglang_parser(version: str = engine_versions.default("sglang")) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launch_server.py", allow_abbrev=False)
     a = p.add_argument
     a("--model-path", "--model", required=True)
@@ -209,12 +211,9 @@ def sglang_parser() -> argparse.ArgumentParser:
     a("--enable-metrics", action="store_true")
     a("--enable-metrics-for-all-schedulers", action="store_true")
     a("--enable-cache-report", action="store_true")
-    a("--cuda-graph-max-bs", type=int)
-    a("--cuda-graph-bs", type=int, nargs="+")
+    engine_versions.add_sglang_cuda_graph_flags(a, version)
     a("--disable-cuda-graph", action="store_true")
     a("--disable-cuda-graph-padding", action="store_true")
-    a("--cuda-graph-backend-decode", choices=["full", "breakable", "disabled", "default"])
-    a("--cuda-graph-backend-prefill", choices=["full", "breakable", "disabled", "default"])
     a("--max-total-tokens", type=_positive("max-total-tokens"))
     a("--disable-radix-cache", action="store_true")
     a("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"])
@@ -283,11 +282,11 @@ def sglang_parser() -> argparse.ArgumentParser:
     a("--sleep-on-idle", action="store_true")
     a("--model-loader-extra-config")
     a("--weight-version", default="default")
-    _add_sim_flags(p)
+    _add_sim_flags(p, "sglang")
     return p
 
 
-def vllm_parser() -> argparse.ArgumentParser:
+def vllm_parser(version: str = engine_versions.default("vllm")) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vllm serve", usage="vllm serve [model_tag] [options]", allow_abbrev=False
     )
@@ -343,7 +342,7 @@ def vllm_parser() -> argparse.ArgumentParser:
     a("--revision")
     a("--async-scheduling", action="store_true")
     a("--disable-uvicorn-access-log", action="store_true")
-    _add_sim_flags(p)
+    _add_sim_flags(p, "vllm")
     return p
 
 
@@ -366,14 +365,22 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Config:
             "python -m enginesim: error: first argument must be 'sglang' or 'vllm' (got "
             f"{argv[0] if argv else 'nothing'!r})\n",
         )
+    try:
+        version = engine_versions.selected(argv[0], argv, env)
+    except ValueError as e:
+        top.exit(2, f"python -m enginesim: error: {e}\n")
+    if "--sim-print-version" in argv[1:]:
+        print(version)
+        sys.exit(0)
     if argv[0] == "sglang":
-        p = sglang_parser()
+        p = sglang_parser(version)
         ns = p.parse_args(argv[1:])
         return _sglang_config(p, ns, argv, env)
     if len(argv) < 2 or argv[1] != "serve":
         top.exit(2, "python -m enginesim: error: the vLLM form is `vllm serve <model> [flags]`\n")
-    p = vllm_parser()
-    ns = p.parse_args(argv[2:])
+    p = vllm_parser(version)
+    # vLLM's own parser lists every option only for --help=all (plain --help shows groups).
+    ns = p.parse_args(["--help" if a == "--help=all" else a for a in argv[2:]])
     return _vllm_config(p, ns, argv, env)
 
 
@@ -424,7 +431,7 @@ def _sglang_config(
     n_draft = ns.speculative_num_draft_tokens or (12 if spec else 0)
     if spec and n_draft < 2:
         p.error(f"argument --speculative-num-draft-tokens: {n_draft} must be >= 2")
-    graph = not ns.disable_cuda_graph and ns.cuda_graph_backend_decode != "disabled"
+    graph = not ns.disable_cuda_graph and getattr(ns, "cuda_graph_backend_decode", None) != "disabled"
     return Config(
         flavour="sglang",
         argv=argv,

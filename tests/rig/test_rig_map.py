@@ -75,8 +75,16 @@ def read_json(path: Path) -> dict:
 
 
 def docker_runs(host: RigHost, since: float = 0.0) -> list[dict]:
-    """The `docker run` calls recorded on `host` at or after `since`."""
-    return [c for c in host.docker_calls() if c["argv"][1:2] == ["run"] and c["time"] >= since]
+    """The server starts (`docker run -d`) recorded on `host` at or after `since`.
+
+    Preflight's flag check also runs the image (`docker run --rm ... --help`, in the foreground): that
+    starts no server and is not counted.
+    """
+    return [
+        c
+        for c in host.docker_calls()
+        if c["argv"][1:2] == ["run"] and "-d" in c["argv"] and c["time"] >= since
+    ]
 
 
 def live_containers(rig: Rig) -> list[str]:
