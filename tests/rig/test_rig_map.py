@@ -332,6 +332,9 @@ def test_missing_hca_on_worker_fails_the_gate_closed(ansible: AnsibleRunner, rig
     # The evidence: the verdict keeps the NCCL lines it read and says what was wrong with them.
     evidence = gate["logs"][0]
     assert "mlx5_3:1" not in evidence["hcas"] and evidence["problems"], evidence
+    # Real NCCL keeps going on the remaining rail (mlx5_0 alone); the rails rule is what fails it.
+    assert evidence["hcas"] == ["mlx5_0:1"] and evidence["transport"] == "ib", evidence
+    assert any("fewer than min_hcas=2" in p for p in evidence["problems"]), evidence["problems"]
     assert any("NET/IB" in line for line in evidence["lines"]), evidence["lines"]
     head = rig.host("head").name
     head_gate = read_json(rdir / "nodes" / head / "server" / f"{head}_nccl_gate.json")
