@@ -29,7 +29,7 @@ options:
     type: str
     required: true
   runtime:
-    description: How the engine runs. C(docker) runs the commands in O(image); C(process) runs them directly.
+    description: How the engine runs, C(docker) (the commands run in O(image)) or C(process) (run directly).
     type: str
     choices: [docker, process]
     required: true
@@ -121,7 +121,7 @@ known_flags:
   returned: always
   type: int
 rename_map:
-  description: Renames that apply to this version, {rendered flag: spelling}.
+  description: "Renames that apply to this version, {rendered flag: spelling}."
   returned: always
   type: dict
 flags:
