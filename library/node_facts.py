@@ -114,7 +114,8 @@ def gpu_record(module: AnsibleModule, nvidia_smi: str) -> dict | None:
         note = f"{binary} -q exited {rc}: {(err or out).strip()[-300:]}"
         return {"gpus": [], "note": note, "emulated": False}
     parsed = parse_smi_q(out)
-    stand_in = next((line.split(" : ", 1)[-1].strip() for line in out.splitlines() if "stand-in" in line), None)
+    marks = [line.split(" : ", 1)[-1].strip() for line in out.splitlines() if "stand-in" in line]
+    stand_in = marks[0] if marks else None
     rc, topo, err = module.run_command([binary, "topo", "-m"])
     return {
         "driver_version": parsed["driver_version"],
