@@ -24,9 +24,13 @@ from ansible.plugins.action import ActionBase
 
 try:
     from analysis import state
+    from analysis.atomic import read_json_object
+    from module_utils import emulation_verdict
 except ImportError:  # running from a checkout whose package is not installed: use the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from analysis import state
+    from analysis.atomic import read_json_object
+    from module_utils import emulation_verdict
 
 _MODULE_ARGS = (
     "case_dir",
@@ -34,6 +38,7 @@ _MODULE_ARGS = (
     "run",
     "rc",
     "timeout_s",
+    "case_timeout_s",
     "kill_after_s",
     "result_file",
     "expect_requests",
@@ -47,6 +52,7 @@ _ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "run": {"type": "bool", "default": True},
     "rc": {"type": "int"},
     "timeout_s": {"type": "int", "required": True},
+    "case_timeout_s": {"type": "int"},
     "kill_after_s": {"type": "int", "default": 10},
     "result_file": {"type": "str", "default": "bench.json"},
     "expect_requests": {"type": "int", "required": True},
@@ -59,6 +65,18 @@ _ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "server_log": {"type": "str", "default": ""},
     "label": {"type": "str", "default": ""},
 }
+# An emulated case's evidence: the /metrics scrapes around it and the pace answer (enginesim only).
+_EMULATION_FILES = ("metrics_before.prom", "metrics_after.prom", "pace.json")
+
+
+def _emulation(case_dir: Path) -> dict | None:
+    """The emulator's realtime verdict for meta.json (None for a real engine), by the one judge."""
+    try:
+        return emulation_verdict.read_case(str(case_dir))
+    except ValueError as exc:  # a scrape prometheus_client cannot parse
+        return {"emulated": True, "verdict": "unknown", "reasons": [f"unparsable /metrics scrape: {exc}"]}
+
+
 # Module results that are noise in meta.json and the play output.
 _DROP = ("invocation", "_ansible_no_log", "changed", "failed")
 
@@ -96,12 +114,24 @@ class ActionModule(ActionBase):
         case = {k: v for k, v in ran.items() if k not in _DROP}
         result["case"] = case
         result["changed"] = True
-        if ran.get("passed") and not ran.get("failed"):
-            self._bring(args, [args["result_file"]])
+        closed = self._closed_meanwhile(ctrl_dir)
+        if closed:
+            # `--tags stop` closed the run while this case ran (ansible-playbook was killed, this worker
+            # lived on): the case stays INTERRUPTED, as the closed manifest counted it.
+            result.update(
+                failed=True,
+                msg=f"case {label}: {closed}",
+                case_failed={"rel": label, "error_type": "INTERRUPTED", "reason": closed},
+            )
+        elif ran.get("passed") and not ran.get("failed"):
+            self._bring(args, [args["result_file"], *_EMULATION_FILES])
             if "started_at" in ran:
                 final_meta.update(started_at=ran["started_at"], ended_at=ran["ended_at"])
             if args["min_output_fraction"] != 1.0:  # resume and summarize judge by the same rule
                 final_meta["min_output_fraction"] = args["min_output_fraction"]
+            emulation = _emulation(ctrl_dir)
+            if emulation is not None:
+                final_meta["emulation"] = emulation
             state.write_case(ctrl_dir, "completed", final_meta)
             result["msg"] = ran.get("msg", "")
         else:
@@ -109,6 +139,17 @@ class ActionModule(ActionBase):
         result["plugin_wall_s"] = round(time.time() - started, 3)
         result["plugin_ended_epoch_s"] = round(time.time(), 3)
         return result
+
+    @staticmethod
+    def _closed_meanwhile(ctrl_dir: Path) -> str | None:
+        """The reason when the run was closed (case marked INTERRUPTED) while this case ran."""
+        try:
+            meta = read_json_object(ctrl_dir / "meta.json")
+        except (OSError, state.InputError):
+            return None
+        if meta.get("status") == "failed" and meta.get("error_type") == "INTERRUPTED":
+            return f"closed as INTERRUPTED while it ran ({meta.get('reason')}); left as it is"
+        return None
 
     def _bring(self, args: dict, names: list[str]) -> list[str]:
         """Fetch case files from a remote head into the controller case dir; missing ones are skipped."""

@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--set-json", action="append", default=[], metavar="KEY=JSON")
     s.add_argument("--nccl-env", action="append", default=[], metavar="NAME=VALUE")
+    s.add_argument("--status", choices=("running",), default=None, help="reopen a resumed run")
 
     s = sub.add_parser("complete-manifest", help="record end time, status and case counts")
     s.add_argument("run_dir")
@@ -157,6 +158,7 @@ def _run(args: argparse.Namespace) -> int:
                 args.run_dir,
                 state.parse_assignments(args.set, args.set_json, f"{args.run_dir}/manifest.json"),
                 args.nccl_env,
+                args.status,
             )
         )
         return 0

@@ -41,17 +41,26 @@ def _save(fig: Any, path: Path, tight: bool = True) -> None:
     atomic.write_bytes(path, buf.getvalue())
 
 
-def _agg_lookup(agg: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, dict[str, Any]]]:
-    out: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+Key = tuple[str, str, str, Any]  # suite, case, role, emulation verdict (None: a real engine)
+
+
+def _agg_lookup(agg: list[dict[str, Any]]) -> dict[Key, dict[str, dict[str, Any]]]:
+    out: dict[Key, dict[str, dict[str, Any]]] = {}
     for a in agg:
-        out.setdefault((a["suite"], a["case_id"], a["role"]), {})[a["metric"]] = a
+        out.setdefault((a["suite"], a["case_id"], a["role"], a.get("emulation_verdict")), {})[a["metric"]] = a
     return out
 
 
-def _label(key: tuple[str, str, str], m: dict[str, Any], short: bool) -> str:
-    """Case name, plus its workload when there are few bars (text is most of the drawing time)."""
-    _suite, case_id, role = key
+def _unit(emulated: bool) -> str:
+    return ", emulated hardware" if emulated else ""
+
+
+def _label(key: Key, m: dict[str, Any], short: bool) -> str:
+    """Case name (with its verdict unless ok), plus its workload when there are few bars."""
+    _suite, case_id, role, verdict = key
     name = f"{case_id}/{role}" if role and role not in case_id else case_id
+    if verdict not in (None, "ok"):
+        name += f" [{verdict}]"
     if short:
         return name
     return f"{name} (ISL {m.get('isl')}, OSL {m.get('osl')}, C {m.get('concurrency')}, n={m.get('n_reps')})"
@@ -92,7 +101,7 @@ def _bars(
     ax.grid(axis="x", alpha=0.3)
 
 
-def plot_throughput(path: Path, agg: list[dict[str, Any]]) -> bool:
+def plot_throughput(path: Path, agg: list[dict[str, Any]], emulated: bool = False) -> bool:
     lookup = _agg_lookup(agg)
     keys = [k for k, v in lookup.items() if "output_throughput" in v]
     if not keys:
@@ -104,7 +113,7 @@ def plot_throughput(path: Path, agg: list[dict[str, Any]]) -> bool:
         ax,
         labels,
         [lookup[k]["output_throughput"] for k in keys],
-        "output throughput (tok/s), mean of reps, 95% CI",
+        f"output throughput (tok/s{_unit(emulated)}), mean of reps, 95% CI",
     )
     ax.set_title("Output token throughput per case")
     _margins(fig, labels, len(keys))
@@ -112,7 +121,7 @@ def plot_throughput(path: Path, agg: list[dict[str, Any]]) -> bool:
     return True
 
 
-def plot_latency(path: Path, agg: list[dict[str, Any]]) -> bool:
+def plot_latency(path: Path, agg: list[dict[str, Any]], emulated: bool = False) -> bool:
     lookup = _agg_lookup(agg)
     keys = [k for k, v in lookup.items() if "ttft_p95_ms" in v or "tpot_p95_ms" in v]
     if not keys:
@@ -124,11 +133,14 @@ def plot_latency(path: Path, agg: list[dict[str, Any]]) -> bool:
         axes[0],
         labels,
         [lookup[k].get("ttft_p95_ms") for k in keys],
-        "TTFT p95 (ms), mean of reps, 95% CI",
+        f"TTFT p95 (ms{_unit(emulated)}), mean of reps, 95% CI",
         log=True,
     )
     _bars(
-        axes[1], labels, [lookup[k].get("tpot_p95_ms") for k in keys], "TPOT p95 (ms), mean of reps, 95% CI"
+        axes[1],
+        labels,
+        [lookup[k].get("tpot_p95_ms") for k in keys],
+        f"TPOT p95 (ms{_unit(emulated)}), mean of reps, 95% CI",
     )
     axes[0].set_title("TTFT p95 per case")
     axes[1].set_title("TPOT p95 per case")
@@ -161,7 +173,13 @@ def plot_ab(path: Path, ab: list[dict[str, Any]]) -> bool:
 
 
 def plot_itl_timeline(
-    path: Path, data: BenchData, t_inj: float | None, rep: Any, workload: str, inj_e2e_s: float | None = None
+    path: Path,
+    data: BenchData,
+    t_inj: float | None,
+    rep: Any,
+    workload: str,
+    inj_e2e_s: float | None = None,
+    emulated: bool = False,
 ) -> bool:
     if data.timeline is None or data.timeline[0].size == 0:
         return False
@@ -188,8 +206,8 @@ def plot_itl_timeline(
                        label="injection in flight (its E2E)")  # fmt: skip
     hi = np.percentile(itl, 99.9) if itl.size else 1
     ax.set_ylim(0, max(hi * 1.2, float(np.nanmax(mean[count > 0])) * 1.2 if (count > 0).any() else 1))
-    ax.set_xlabel("time since the background's main phase started (s)")
-    ax.set_ylabel("per-token ITL (ms)")
+    ax.set_xlabel(f"time since the background's main phase started (s{_unit(emulated)})")
+    ax.set_ylabel(f"per-token ITL (ms{_unit(emulated)})")
     ax.set_title(f"Mixed rep {rep}: decode_background per-token ITL over time ({workload})")
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(alpha=0.3)
@@ -203,14 +221,17 @@ PARALLEL_MIN_BARS = 30
 
 
 def _draw_in_child(
-    fn: Callable[[Path, list[dict[str, Any]]], bool], path: Path, agg: list[dict[str, Any]]
+    fn: Callable[[Path, list[dict[str, Any]], bool], bool],
+    path: Path,
+    agg: list[dict[str, Any]],
+    emulated: bool = False,
 ) -> Callable[[], bool]:
-    """Start ``fn(path, agg)`` in a forked child; the returned callable waits for it and returns
-    what ``fn`` returned. A failure in the child (traceback on its stderr) is an error here too."""
+    """Start ``fn(path, agg, emulated)`` in a forked child; the returned callable waits for it and
+    returns what ``fn`` returned. A failure in the child (traceback on its stderr) is an error here too."""
     import multiprocessing
 
     def child() -> None:
-        sys.exit(0 if fn(path, agg) else 3)
+        sys.exit(0 if fn(path, agg, emulated) else 3)
 
     proc = multiprocessing.get_context("fork").Process(target=child, name=f"plot-{path.stem}")
     proc.start()
@@ -232,17 +253,20 @@ def make_all(
     entries: list[Entry],
     datas: dict[int, BenchData],
     injections: dict[int, float],
+    emulated: bool = False,
 ) -> list[str]:
-    """Draw every plot the data allows; returns the file names relative to the run dir."""
+    """Draw every plot the data allows; returns the file names relative to the run dir.
+
+    emulated: the figures are an emulated run's, de-scaled to the emulated hardware (axes say so)."""
     made: list[str] = []
-    n_bars = len({(a["suite"], a["case_id"], a["role"]) for a in agg})
+    n_bars = len({(a["suite"], a["case_id"], a["role"], a.get("emulation_verdict")) for a in agg})
     if n_bars >= PARALLEL_MIN_BARS:
         _plt()  # import before the fork: the child inherits it
-        latency = _draw_in_child(plot_latency, plot_dir / "latency_p95.png", agg)
+        latency = _draw_in_child(plot_latency, plot_dir / "latency_p95.png", agg, emulated)
     else:
-        drew = plot_latency(plot_dir / "latency_p95.png", agg)
+        drew = plot_latency(plot_dir / "latency_p95.png", agg, emulated)
         latency = lambda: drew  # noqa: E731
-    if plot_throughput(plot_dir / "throughput.png", agg):
+    if plot_throughput(plot_dir / "throughput.png", agg, emulated):
         made.append("plots/throughput.png")
     if latency():
         made.append("plots/latency_p95.png")
@@ -258,7 +282,10 @@ def make_all(
                     and o.role == "prefill_injection" and j in datas), None)  # fmt: skip
         inj_e2e = datas[inj].e2e_ms if inj is not None else None
         inj_s = float(inj_e2e.max()) / 1000.0 if inj_e2e is not None and inj_e2e.size else None
-        if plot_itl_timeline(plot_dir / name, datas[i], injections.get(e.rep), e.rep, workload, inj_s):
+        drew = plot_itl_timeline(
+            plot_dir / name, datas[i], injections.get(e.rep), e.rep, workload, inj_s, emulated
+        )
+        if drew:
             made.append(f"plots/{name}")
         else:
             rows[i]["status_note"] = _join_note(

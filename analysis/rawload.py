@@ -238,6 +238,10 @@ def load_result(path: str | Path, parse: Callable[[bytes], Any] | None = None) -
         obj = parse(data)
     except ValueError as exc:
         whole_err = str(exc)
+        if "depth limit" in whole_err:  # an array/object bomb: say so instead of "no line holds ..."
+            raise InputError(
+                path, None, f"JSON nested deeper than 1024 levels ({whole_err}); expected one result object"
+            ) from None
     else:
         if not isinstance(obj, dict):
             raise InputError(path, None, f"expected a JSON object, got a JSON {type(obj).__name__}")

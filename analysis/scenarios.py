@@ -16,7 +16,9 @@ from analysis.errors import InputError
 HEADER = ("case_id", "stage", "isl", "osl", "concurrency", "multiplier", "minimum", "warmup", "note")
 STAGES = ("cold_prefill", "concurrent_prefill", "short_decode", "long_decode", "long_context_decode", "mixed")
 _POSITIVE = ("isl", "osl", "concurrency", "multiplier", "minimum")
-_CASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_CASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # used with fullmatch: no trailing newline
+# Counts and token lengths end up in JSON and in the client's argv: 64-bit signed is the ceiling.
+_INT_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,12 @@ def _int_field(path: Path, lineno: int, name: str, raw: str, minimum: int) -> in
         raise InputError(path, f"line {lineno} field '{name}'", f"got {raw!r}, expected {rule}") from None
     if value < minimum:
         raise InputError(path, f"line {lineno} field '{name}'", f"got {value}, expected {rule}")
+    if value > _INT_MAX:
+        raise InputError(
+            path,
+            f"line {lineno} field '{name}'",
+            f"got {raw.strip()[:40]}, expected {rule} up to {_INT_MAX} (64 bits)",
+        )
     return value
 
 
@@ -80,7 +88,7 @@ def load_scenarios(path: str | Path) -> list[Case]:
             )
         row = dict(zip(HEADER, cols, strict=True))
         case_id = row["case_id"].strip()
-        if not _CASE_ID.match(case_id):
+        if not _CASE_ID.fullmatch(case_id):
             raise InputError(
                 path,
                 f"line {lineno} field 'case_id'",
@@ -101,6 +109,12 @@ def load_scenarios(path: str | Path) -> list[Case]:
         ints = {name: _int_field(path, lineno, name, row[name], 1) for name in _POSITIVE}
         warmup = _int_field(path, lineno, "warmup", row["warmup"], 0)
         num_prompts = max(ints["concurrency"] * ints["multiplier"], ints["minimum"])
+        if num_prompts > _INT_MAX:
+            raise InputError(
+                path,
+                f"line {lineno}",
+                f"concurrency x multiplier = {num_prompts}, expected num_prompts up to {_INT_MAX} (64 bits)",
+            )
         cases.append(Case(case_id, stage, warmup=warmup, note=row["note"], num_prompts=num_prompts, **ints))
     if not cases:
         raise InputError(path, None, "no cases below the header; expected at least one")

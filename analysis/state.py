@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import platform
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,15 +23,15 @@ from analysis.values import as_int
 from module_utils.bench_file import detect_format, summarize
 from module_utils.verdicts import judge_case
 
+try:
+    from module_utils import redact as _redact
+except ImportError:  # not run from the repository root: module_utils/ sits next to this package
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
+    from module_utils import redact as _redact
+
 _RESERVED = {"status", "history"}
 _INT_KEYS = {"rep", "isl", "osl", "concurrency", "num_prompts", "warmup"}
 _FLOAT_KEYS = {"injection_sent_epoch_s", "background_main_started_epoch_s"}
-# A key is secret when one of its _/-/. separated parts is one of these words (so HF_TOKEN and
-# api_key go, but "tokenizer" and "max_tokens" stay).
-_SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIALS"}
-_SECRET_ASSIGN = r"\b([A-Za-z0-9_]+)=(\S+)"
-_SECRET_FLAG = r"(?i)(--(?:api-key|hf-token|token|password|secret)(?:=|\s+))(\S+)"
-_HF_TOKEN = r"\bhf_[A-Za-z0-9]{16,}\b"
 
 
 def now_iso() -> str:
@@ -152,24 +153,13 @@ def mark_case_failed(
 # ---------------------------------------------------------------- manifest
 
 
-def _is_secret_key(key: str) -> bool:
-    parts = re.split(r"[_\-.\s]+", key.upper())
-    return any(p in _SECRET_WORDS for p in parts) or key.upper().replace("_", "") in _SECRET_WORDS
-
-
 def redact(obj: Any) -> Any:
-    """Drop secret keys and mask secret-looking assignments/flags/tokens inside string values."""
-    if isinstance(obj, dict):
-        return {k: redact(v) for k, v in obj.items() if not _is_secret_key(str(k))}
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    if isinstance(obj, str):
-        s = re.sub(
-            _SECRET_ASSIGN, lambda m: f"{m.group(1)}=***" if _is_secret_key(m.group(1)) else m.group(0), obj
-        )
-        s = re.sub(_SECRET_FLAG, lambda m: m.group(1) + "***", s)
-        return re.sub(_HF_TOKEN, "hf_***", s)
-    return obj
+    """Drop secret keys and mask secret-looking assignments/flags/tokens inside string values.
+
+    The rule is quickmap's one secret rule (module_utils/redact.py), shared with the saved commands
+    and run.log.
+    """
+    return _redact.redact(obj)
 
 
 def _git_state(repo: Path) -> dict[str, Any]:
@@ -200,8 +190,14 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def write_manifest(run_dir: str | Path, fields: dict[str, Any], nccl_env: list[str] | None) -> str:
-    """Merge fields into RUN_DIR/manifest.json; the first write records provenance."""
+def write_manifest(
+    run_dir: str | Path, fields: dict[str, Any], nccl_env: list[str] | None, status: str | None = None
+) -> str:
+    """Merge fields into RUN_DIR/manifest.json; the first write records provenance.
+
+    ``status`` (``running``) reopens a run that is resumed, so a crash while it runs again is not
+    left looking finished.
+    """
     run_dir = Path(run_dir)
     path = run_dir / "manifest.json"
     manifest = read_json_object(path)
@@ -228,6 +224,9 @@ def write_manifest(run_dir: str | Path, fields: dict[str, Any], nccl_env: list[s
     if image is not None and isinstance(manifest.get("tool_versions"), dict):
         manifest["tool_versions"]["engine_image"] = image
     manifest.setdefault("status", "running")
+    if status is not None:
+        manifest["status"] = status
+        manifest.pop("ended_at", None)
     write_json(path, redact(manifest))
     return f"{path}: updated"
 
@@ -249,7 +248,11 @@ def case_counts(run_dir: Path) -> dict[str, Any]:
     by_status: dict[str, int] = {}
     by_error: dict[str, int] = {}
     for _suite, d in iter_case_dirs(run_dir):
-        meta = read_json_object(d / "meta.json")
+        try:
+            meta = read_json_object(d / "meta.json")
+        except InputError:  # counted, never fatal: the run must still close and report
+            by_status["unreadable"] = by_status.get("unreadable", 0) + 1
+            continue
         if meta:
             status = str(meta.get("status", "unknown"))
         elif (d / "bench.json").exists():
@@ -393,8 +396,9 @@ def _healthy(url: str) -> bool:
     import urllib.error
     import urllib.request
 
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # our own server: no proxy
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with opener.open(url, timeout=5) as resp:
             return 200 <= resp.status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False

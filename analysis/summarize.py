@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analysis import atomic
+from analysis import atomic, emulation
 from analysis.atomic import read_json_object
 from analysis.discover import Entry, discover
 from analysis.errors import InputError
@@ -45,6 +45,7 @@ SUMMARY_COLUMNS = [
     "request_throughput", "input_throughput", "output_throughput", "total_throughput",
     *[f"{m}_{s}_ms" for m in METRICS for s in STATS],
     *[f"{m}_source" for m in METRICS],
+    *emulation.COLUMNS,
 ]  # fmt: skip
 AGG_METRICS = [
     "request_throughput", "input_throughput", "output_throughput", "total_throughput",
@@ -53,6 +54,7 @@ AGG_METRICS = [
 AGG_COLUMNS = [
     "suite", "case_id", "role", "source_client", "stage", "isl", "osl", "concurrency", "num_prompts",
     "n_reps", "n_unknown", "metric", "mean", "std", "cv", "ci95_low", "ci95_high",
+    "emulation_verdict", "time_scales",
 ]  # fmt: skip
 AB_METRICS = (
     ("output_throughput", "output tok/s", "mean over reps", None, None),
@@ -429,6 +431,12 @@ class Summary:
         self.ab: list[dict[str, Any]] = []
         self.ab_info: dict[str, Any] = {}
         self.injections: dict[int, float] = {}
+        # The same in the emulated hardware's units (analysis/emulation.py); the rows themselves
+        # (summary.csv) when no case was emulated.
+        self.e_rows: list[dict[str, Any]] = []
+        self.e_datas: dict[int, BenchData] = {}
+        self.e_injections: dict[int, float] = {}
+        self.emulated = False
         self.message = ""
 
 
@@ -456,6 +464,7 @@ def compute(run_dir: str | Path, want_requests: bool = False, warm_plots: bool =
     results = iter(_read_all(jobs, warm_plots))
     for i, e in enumerate(entries):
         row = _base_row(e)
+        emulation.attach(row, e.dir)
         if e.suite == "files":
             row.update(suite="files", stage="", status_note="a result file in a flat directory (no plan)")
         data: BenchData | None = None
@@ -479,8 +488,12 @@ def compute(run_dir: str | Path, want_requests: bool = False, warm_plots: bool =
         _judge(row, e, data)
         out.rows.append(row)
     out.injections = _check_overlap(out.rows, out.datas, entries)
-    out.agg = aggregate(out.rows)
-    out.ab, out.ab_info = ab_table(out.rows, out.datas)
+    # Emulated cases: aggregates, A/B, plots and report in the emulated hardware's units, per verdict;
+    # out.rows (summary.csv) keeps the wall-clock figures as measured (analysis/emulation.py).
+    view = emulation.view(out.rows, out.datas, out.injections, entries)
+    out.e_rows, out.e_datas, out.e_injections, out.emulated = view
+    out.agg = emulation.aggregate_by_verdict(out.e_rows, aggregate)
+    out.ab, out.ab_info = ab_table(out.e_rows, out.e_datas)
     return out
 
 
@@ -491,9 +504,13 @@ def summarize_run(run_dir: str | Path) -> Summary:
     from analysis import plots, report  # matplotlib only now that the inputs are known good
 
     plot_dir = run_dir / "plots"
-    plot_files = plots.make_all(plot_dir, out.rows, out.agg, out.ab, out.entries, out.datas, out.injections)
+    plot_files = plots.make_all(
+        plot_dir, out.e_rows, out.agg, out.ab, out.entries, out.e_datas, out.e_injections, out.emulated
+    )
+    for row, e_row in zip(out.rows, out.e_rows, strict=True):
+        row["status_note"] = e_row["status_note"]  # a plot's note on a repetition belongs in summary.csv too
     text = report.render(
-        run_dir, out.manifest, out.rows, out.agg, out.ab, out.ab_info, plot_files, out.unreadable
+        run_dir, out.manifest, out.e_rows, out.agg, out.ab, out.ab_info, plot_files, out.unreadable
     )
     atomic.write_text(run_dir / "summary.csv", _csv(out.rows, SUMMARY_COLUMNS))
     atomic.write_bytes(run_dir / "summary.jsonl", _jsonl(out.rows))

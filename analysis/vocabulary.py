@@ -14,5 +14,6 @@ ERROR_TYPES = (
     "BENCH_FAILED",
     "BACKGROUND_FINISHED_BEFORE_INJECTION",
     "GATE_FAILED",
+    "INTERRUPTED",
 )
 RUN_STATUSES = ("completed", "failed", "partial", "interrupted")

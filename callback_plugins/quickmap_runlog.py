@@ -4,19 +4,27 @@
 
 One line per task result and host (UTC time, status, host, seconds, task name, and the message of a
 failure), so a reviewer can see from the run directory alone what ran, where, how long it took and
-why it stopped. The path comes from the ``quickmap_run_log`` fact the preflight play pins; lines seen
-before that (or before the directory exists) are buffered. A resumed run appends. Nothing is written
-in a dry run (the fact is empty there).
+why it stopped. The path comes from the ``quickmap_run_log`` fact the preflight play pins only after it
+checked the run id; lines seen before that (or before the directory exists) are buffered, and a path
+that is not a plain absolute ``.../<run_id>/run.log`` is never opened. A resumed run appends. Nothing is
+written in a dry run (the fact is empty there). Every line goes through quickmap's one secret rule
+(``module_utils/redact.py``), the same that masks the manifest, the report and the saved commands.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
+from pathlib import Path
 
 from ansible.plugins.callback import CallbackBase
+
+try:
+    from module_utils.redact import redact_text
+except ImportError:  # a checkout run from elsewhere: the repository root holds module_utils/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from module_utils.redact import redact_text
 
 DOCUMENTATION = """
 name: quickmap_runlog
@@ -30,15 +38,16 @@ requirements:
 """
 
 
-_SECRET = re.compile(r"(token|secret|password|passwd|key)", re.IGNORECASE)
-
-
 _RECAP_KEYS = ("ok", "changed", "failures", "unreachable", "skipped", "rescued")
 
 
-def _redact(arg: str) -> str:
-    """Secrets passed with -e never reach the run directory."""
-    return "<redacted>" if _SECRET.search(arg) else arg
+def _safe_log_path(path: str) -> str | None:
+    """``path`` when it is an absolute, normalised ``.../<dir>/run.log``; None otherwise."""
+    if not path or not os.path.isabs(path) or os.path.normpath(path) != path:
+        return None
+    if os.path.basename(path) != "run.log" or ".." in Path(path).parts:
+        return None
+    return path
 
 
 def _utc(ts: float) -> str:
@@ -60,7 +69,7 @@ class CallbackModule(CallbackBase):
         self._task_started: dict[str, float] = {}
 
     def v2_playbook_on_start(self, playbook) -> None:
-        argv = " ".join(_redact(a) for a in [os.path.basename(sys.argv[0]), *sys.argv[1:]])
+        argv = " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])
         self._emit(f"{_utc(time.time())} START    {argv}")
 
     def v2_playbook_on_play_start(self, play) -> None:
@@ -72,7 +81,7 @@ class CallbackModule(CallbackBase):
     def v2_runner_on_ok(self, result) -> None:
         facts = (result._result or {}).get("ansible_facts") or {}
         if "quickmap_run_log" in facts:
-            self._path = str(facts["quickmap_run_log"] or "") or None
+            self._path = _safe_log_path(str(facts["quickmap_run_log"] or ""))
         self._result_line("ok", result)
 
     def v2_runner_on_failed(self, result, ignore_errors: bool = False) -> None:
@@ -98,7 +107,7 @@ class CallbackModule(CallbackBase):
         self._emit(line)
 
     def _emit(self, line: str) -> None:
-        self._pending.append(line)
+        self._pending.append(redact_text(line))
         if not self._path or not os.path.isdir(os.path.dirname(self._path)):
             return
         try:

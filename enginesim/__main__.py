@@ -1,8 +1,13 @@
-"""`python -m enginesim sglang <flags>` or `python -m enginesim vllm serve <model> <flags>`."""
+"""`python -m enginesim sglang <flags>`, `python -m enginesim vllm serve <model> <flags>`, or
+`python -m enginesim replay <either of those> --isl N --osl N ...` (pure virtual time, no server)."""
 
 import sys
 
-from .server import main
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["replay"]:
+        from .replay import main as replay_main
+
+        sys.exit(replay_main(sys.argv[2:]))
+    from .server import main
+
     sys.exit(main(sys.argv[1:]))

@@ -1,804 +1,79 @@
-"""Discrete-event continuous-batching scheduler (SGLang and vLLM flavours) on a simulated clock.
+"""The live engine: the shared scheduler (scheduler.py) driven against the wall clock.
 
-Why: the effects quickmap measures (queueing, prefix hits, chunked-prefill interference, KV pressure,
-CUDA graphs, speculative decoding) must emerge from scheduling real requests against a finite KV pool
-and a cost model, not be dialled in. One asyncio task steps simulated time: plan a batch, price it with
-the cost model, sleep until its absolute wall-clock deadline (scaled by the time scale), then emit one
-event per request in the batch. When the host cannot keep up, the simulated clock slips and the lag is
-recorded (`sched_lag_ms`), so the emulator never hides that it is the bottleneck.
+Why: a client must see each step's events at the wall time the emulated hardware would produce them,
+`wall0 + virtual_end × time_scale`, one write per connection per step, or its latencies measure this
+box instead of the emulated GPU. The loop plans a step, prices it, computes its outcome (held, not
+written), waits for its absolute deadline and writes it: only the syscalls are left at the deadline.
+The wait is a blocking time.sleep (precise to ~0.2 ms at p95 on this busy box, where the event loop's
+timers wake 1-5 ms late at p95); only a step longer than `pacing.BLOCKING_SLEEP_MAX_S` sleeps on the
+loop first. Requests that arrive meanwhile are read at the step's end, which is when the scheduler
+would look at them anyway (a request joins the step after the one during which it arrived).
+Catch-up is bounded at one step: a loop that is more than one step behind moves its schedule (a slip)
+instead of bursting several steps into one write, and every slip and every late write is counted in
+`pacing.Evidence`, which /metrics exposes so each case can be judged (ok / degraded / saturated).
+
+Arrivals: a closed-loop client sends its next request when it reads the last event of the previous
+one, a little after the step that finished it. The replay counts that request as arrived at the
+step's end; here the loop waits for it (bounded by half of the step just written, and by
+`pacing.GRACE_MAX_S`) before planning the next step, so both make the same batch. The next step's
+deadline does not move: the wait comes out of the step's own wall time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import os
 import time
-from typing import Any, Protocol
+from typing import Any
 
-from . import lm
 from .capacity import Capacity
 from .catalog import ModelSpec
 from .cli import Config
 from .costmodel import CostModel
-from .httpserver import flush_pending
+from .httpserver import HOLD, flush_held, flush_pending
 from .logs import Logger
-from .metrics import (
-    SGL_E2E_BUCKETS,
-    SGL_ITL_BUCKETS,
-    SGL_QUEUE_BUCKETS,
-    SGL_TTFT_BUCKETS,
-    VLLM_E2E_BUCKETS,
-    VLLM_ITER_BUCKETS,
-    VLLM_ITL_BUCKETS,
-    VLLM_TTFT_BUCKETS,
-    Histogram,
+from .pacing import (
+    ARRIVAL_QUIET_S,
+    BLOCKING_SLEEP_MAX_S,
+    COARSE_MARGIN_S,
+    GRACE_FRACTION,
+    GRACE_MAX_S,
+    Evidence,
+    request_short_slice,
 )
-from .radix import RadixCache
+from .scheduler import Req, Scheduler, Sink, Stats
 
-CLIP_MAX_NEW_TOKENS = 4096  # SGLang's admission estimate clips max_new_tokens here
-RETRACT_DECODE_STEPS = 20  # SGLang retracts until every remaining request has room for this many steps
-SLEEP_MIN_S = 0.001  # below this the loop does not sleep (timer resolution); the lead is bounded by it
-MAX_COALESCE_S = 0.005  # a late loop computes steps back to back for at most this long before writing
-MAX_BEHIND_S = 0.05  # further behind than this, the simulated clock slips instead of catching up
+__all__ = ["Engine", "Req", "Sink", "Stats"]
 
 
-class Sink(Protocol):
-    def emit(self, req: Req, finished: bool) -> None: ...
-    def fail(self, req: Req, message: str) -> None: ...
-
-
-class Req:
-    """One generation request inside the engine."""
-
-    __slots__ = (
-        "accepted",
-        "arrival",
-        "cached_tokens",
-        "computed",
-        "ctx",
-        "draft",
-        "drafter",
-        "e2e",
-        "fill_len",
-        "finish_reason",
-        "finished",
-        "first_token",
-        "health",
-        "hist",
-        "ignore_eos",
-        "last_emit",
-        "lm",
-        "max_new",
-        "natural_len",
-        "node",
-        "out_start",
-        "prefix_len",
-        "private",
-        "prompt_len",
-        "proposed",
-        "queue_time",
-        "queued_at",
-        "retractions",
-        "rid",
-        "sink",
-        "stop_ids",
-        "verify_ct",
-    )
-
-    def __init__(
-        self,
-        rid: str,
-        prompt: list[int],
-        max_new: int,
-        ignore_eos: bool,
-        sink: Sink,
-        stop_ids: frozenset[int] = frozenset(),
-        health: bool = False,
-    ) -> None:
-        self.rid = rid
-        self.ctx = list(prompt)
-        self.prompt_len = len(prompt)
-        self.max_new = max_new
-        self.ignore_eos = ignore_eos
-        self.stop_ids = stop_ids
-        self.sink = sink
-        self.arrival = time.perf_counter()
-        self.queued_at = self.arrival
-        self.queue_time: float | None = None
-        self.first_token: float | None = None
-        self.last_emit = 0.0
-        self.e2e = 0.0
-        self.cached_tokens = 0
-        self.computed = 0
-        self.fill_len = 0
-        self.prefix_len = 0
-        self.private = 0
-        self.node: Any = None
-        self.retractions = 0
-        self.finished = False
-        self.finish_reason: dict[str, Any] | None = None
-        self.lm: lm.EmulatedLM | None = None
-        self.drafter: lm.NgramDrafter | None = None
-        self.draft: list[int] = []
-        self.natural_len = 1 << 30
-        self.verify_ct = 0
-        self.accepted = 0
-        self.proposed = 0
-        self.hist: list[int] = []
-        self.out_start = self.prompt_len
-        self.health = health
-
-    @property
-    def out_len(self) -> int:
-        return len(self.ctx) - self.prompt_len
-
-
-class Stats:
-    """Counters and histograms behind /metrics, the periodic log lines and /server_info."""
-
-    def __init__(self, flavour: str) -> None:
-        sgl = flavour == "sglang"
-        self.prompt_tokens = 0
-        self.generation_tokens = 0
-        self.cached_tokens = 0
-        self.requests = 0
-        self.aborted = 0
-        self.finished_by_reason: collections.Counter[str] = collections.Counter()
-        self.retracted_reqs = 0
-        self.retracted_in = 0
-        self.retracted_out = 0
-        self.retracted_since_log = 0
-        self.preemptions = 0
-        self.preemptions_since_log = 0
-        self.prefix_queries = 0
-        self.prefix_hits = 0
-        self.spec_drafts = 0
-        self.spec_draft_tokens = 0
-        self.spec_accepted = 0
-        self.spec_verify = 0
-        self.spec_emitted = 0
-        self.spec_per_pos: collections.Counter[int] = collections.Counter()
-        self.graph_passes: collections.Counter[str] = collections.Counter()
-        self.realtime_tokens: collections.Counter[str] = collections.Counter()
-        self.ttft = Histogram(SGL_TTFT_BUCKETS if sgl else VLLM_TTFT_BUCKETS)
-        self.itl = Histogram(SGL_ITL_BUCKETS if sgl else VLLM_ITL_BUCKETS)
-        self.e2e = Histogram(SGL_E2E_BUCKETS if sgl else VLLM_E2E_BUCKETS)
-        self.queue = Histogram(SGL_QUEUE_BUCKETS if sgl else VLLM_E2E_BUCKETS)
-        self.iter_tokens = Histogram(VLLM_ITER_BUCKETS)
-        self.retractions_hist = Histogram([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 75, 100])
-        self.steps = 0
-        self.lags: collections.deque[float] = collections.deque(maxlen=20000)
-        self.lag_max = 0.0
-        self.events = 0
-        self.last_gen_throughput = 0.0
-        self.cache_hit_rate = 0.0
-
-
-class Engine:
-    """The scheduler + KV pool + prefix cache of one engine (the head rank's view of all GPUs)."""
+class Engine(Scheduler):
+    """The scheduler of one head rank, paced against the wall clock, plus its liveness state."""
 
     def __init__(self, cfg: Config, model: ModelSpec, cap: Capacity, cost: CostModel, log: Logger) -> None:
-        self.cfg = cfg
-        self.model = model
-        self.cap = cap
-        self.cost = cost
-        self.log = log
-        self.sgl = cfg.flavour == "sglang"
-        self.capacity = cap.tokens
-        self.max_running = cap.max_running
-        self.scale = cfg.sim.time_scale
-        self.tree = RadixCache(cfg.page_size) if cfg.prefix_cache else None
-        self._new_cached = 0
-        self.private_used = 0
-        self.waiting: collections.deque[Req] = collections.deque()
-        self.running: list[Req] = []
-        self.chunked: Req | None = None  # SGLang: the one request whose prefill is split over steps
-        self.stats = Stats(cfg.flavour)
-        self.spec = cfg.spec_algorithm == "NGRAM"
-        self.n_drafts = max(0, cfg.spec_num_draft_tokens - 1)
-        init_ratio = min(0.7 * float(cfg.raw.get("schedule_conservativeness") or 1.0), 1.0)
-        self.init_ratio = init_ratio
-        self.min_ratio = min(init_ratio * 0.14, init_ratio)
-        self.ratio = init_ratio
-        self.ratio_decay = (init_ratio - self.min_ratio) / 600
+        super().__init__(cfg, model, cap, cost, log, time.perf_counter, cfg.sim.time_scale)
         self.wake = asyncio.Event()
         self.ready = False
         self.dead: str | None = None
         self.hung = False
-        self.completed = 0
-        self.submitted = 0
-        self.sim_t = 0.0
-        self.wall0 = 0.0
-        self.decode_steps_since_log = 0
-        self.gen_tokens_since_log = 0
-        self.last_decode_log = time.perf_counter()
-        self.prompt_tokens_since_stats = 0
-        self.gen_tokens_since_stats = 0
-        self.last_stats_wall = time.perf_counter()
-        self.last_step_wall = time.perf_counter()
-        self.last_hit_q = (0, 0)
         self.on_crash: Any = None
-        self.salt = cfg.sim.seed
-        self.unflushed: list[float] = []
-
-    # ---- KV pool -------------------------------------------------------------------------------
-    def free_tokens(self) -> int:
-        return self.capacity - self.private_used - (self.tree.total if self.tree else 0)
-
-    def available(self) -> int:
-        return self.free_tokens() + (self.tree.evictable if self.tree else 0)
-
-    def used_tokens(self) -> int:
-        return self.private_used + (self.tree.protected if self.tree else 0)
-
-    def _alloc(self, n: int) -> bool:
-        free = self.free_tokens()
-        if free < n:
-            if not self.tree or free + self.tree.evictable < n:
-                return False
-            self.tree.evict(n - free)
-            if self.free_tokens() < n:
-                return False
-        self.private_used += n
-        return True
-
-    def _release(self, r: Req, insert: bool) -> None:
-        """Give back a request's KV; with a prefix cache, keep its tokens as evictable cache."""
-        if self.tree is not None:
-            if insert and r.computed:
-                self.tree.insert(r.ctx[: r.computed])
-            if r.node is not None:
-                self.tree.unlock(r.node)
-        self.private_used -= r.private
-        r.private = 0
-        r.node = None
-        r.prefix_len = 0
-        r.computed = 0
-
-    # ---- requests in and out ---------------------------------------------------------------------
-    def submit(self, r: Req) -> None:
-        r.lm = lm.EmulatedLM(r.ctx, self.model.vocab, lm.seed_of(r.ctx, self.salt))
-        if not r.ignore_eos:
-            r.natural_len = r.lm.natural_length()
-        if self.spec:
-            r.drafter = lm.NgramDrafter(r.ctx, self.cfg.spec_min_match, self.cfg.spec_max_match)
-        self.submitted += 1
-        if not r.health:
-            self.stats.requests += 1
-        self.waiting.append(r)
-        self.wake.set()
-
-    def abort(self, r: Req) -> None:
-        """Client went away: drop the request wherever it is and free its KV."""
-        if r.finished:
-            return
-        r.finished = True
-        r.finish_reason = {"type": "abort", "message": "client disconnected"}
-        self.stats.aborted += 1
-        if r in self.waiting:
-            self.waiting.remove(r)
-        if self.chunked is r:
-            self.chunked = None
-        if r in self.running:
-            self.running.remove(r)
-        self._release(r, insert=False)
-
-    def idle(self) -> bool:
-        return not self.waiting and not self.running and self.chunked is None
-
-    def flush_cache(self) -> bool:
-        if not self.idle():
-            self.log.warning(
-                "Cache not flushed because there are pending requests. "
-                f"#queue-req: {len(self.waiting)}, #running-req: {len(self.running)}"
-            )
-            return False
-        if self.tree is not None:
-            self.tree.reset()
-        self.log.info("Cache flushed successfully!")
-        return True
-
-    def fail_all(self, message: str) -> None:
-        for r in list(self.waiting) + list(self.running):
-            if not r.finished:
-                r.finished = True
-                r.finish_reason = {"type": "abort", "message": message}
-                r.sink.fail(r, message)
-        self.waiting.clear()
-        self.running.clear()
-        self.chunked = None
-
-    # ---- the loop -----------------------------------------------------------------------------------
-    def sim_now(self) -> float:
-        return (time.perf_counter() - self.wall0) / self.scale
-
-    async def run(self) -> None:
-        self.wall0 = time.perf_counter()
         self.sim_t = 0.0
-        stats = self.stats
-        coalesce_since = 0.0
-        resume = True
-        while True:
-            if self.dead or self.hung or self.idle():
-                self._flush()
-                coalesce_since = 0.0
-                self.wake.clear()
-                await self.wake.wait()
-                resume = True
-                continue
-            plan = self.sgl_plan() if self.sgl else self.vllm_plan()
-            prefill, decode, dec_tokens, dec_ctx = plan
-            if not prefill and not decode:
-                # nothing schedulable (KV blocked); wait for a finish/abort or new capacity
-                self._flush()
-                coalesce_since = 0.0
-                self.wake.clear()
-                await self.wake.wait()
-                resume = True
-                continue
-            c = self.cost.step([(n, r.computed) for r, n in prefill], len(decode), dec_tokens, dec_ctx)
-            now = time.perf_counter()
-            now_sim = (now - self.wall0) / self.scale
-            # keep the absolute schedule (so a late step can be caught up), unless far behind or idle
-            behind = (now_sim - self.sim_t) * self.scale
-            # after an idle wait, or when far behind, the step starts now; otherwise right after the last one
-            start = now_sim if resume or behind >= MAX_BEHIND_S else self.sim_t
-            resume = False
-            self.sim_t = start + c.total
-            deadline = self.wall0 + self.sim_t * self.scale
-            delay = deadline - now
-            if delay > SLEEP_MIN_S:
-                self._flush()
-                coalesce_since = 0.0
-                await asyncio.sleep(delay)
-            elif not coalesce_since:
-                coalesce_since = now
-            elif now - coalesce_since > MAX_COALESCE_S:
-                self._flush()
-                coalesce_since = 0.0
-                await asyncio.sleep(0)
-            if self.dead:
-                continue
-            self.last_step_wall = time.perf_counter()
-            self.unflushed.append(deadline)
-            stats.steps += 1
-            self.apply(prefill, decode, c.graph, c.total)
+        self.wall0 = time.perf_counter()
+        self.last_step_wall = self.wall0
+        self.evidence = Evidence(self.scale)
+        self.evidence.slice_s = request_short_slice()
+        self._gather: asyncio.Future[None] | None = None
+        self._gather_until = 0
 
-    def _flush(self) -> None:
-        """Write buffered stream events; each step's lag = write time - the step's deadline."""
-        flush_pending()
-        if self.unflushed:
-            t = time.perf_counter()
-            st = self.stats
-            for d in self.unflushed:
-                lag = t - d
-                st.lags.append(lag)
-                if lag > st.lag_max:
-                    st.lag_max = lag
-            self.unflushed.clear()
+    # ---- hooks of the scheduler -------------------------------------------------------------------
+    def _on_submit(self, r: Req) -> None:
+        r.mark = self.evidence.slip_s  # the slips from here to its first token are TTFT lateness
 
-    # ---- SGLang scheduling ------------------------------------------------------------------------
-    def _admit_prefix(self, r: Req) -> None:
-        r.fill_len = len(r.ctx)
-        if self.tree is not None:
-            n, node = self.tree.match(r.ctx[: r.fill_len - 1])
-            self.tree.lock(node)
-            r.node = node
-            r.prefix_len = n
-            self.stats.prefix_queries += r.fill_len
-            self.stats.prefix_hits += n
-        r.computed = r.prefix_len
-
-    def _unadmit(self, r: Req) -> None:
-        if self.tree is not None and r.node is not None:
-            self.tree.unlock(r.node)
-            if r.prefix_len:
-                self.stats.prefix_queries -= r.fill_len
-                self.stats.prefix_hits -= r.prefix_len
-        r.node = None
-        r.prefix_len = 0
-        r.computed = 0
-
-    def _mark_started(self, r: Req) -> None:
-        if r.queue_time is None:
-            r.queue_time = time.perf_counter() - r.queued_at
-            if not r.health:
-                self.stats.queue.observe(r.queue_time)
-        r.cached_tokens += r.prefix_len
-
-    def sgl_plan(self) -> tuple[list[tuple[Req, int]], list[Req], int, int]:
-        cfg = self.cfg
-        prefill: list[tuple[Req, int]] = []
-        if self.waiting or self.chunked is not None:
-            prefill = self._sgl_prefill()
-        decode: list[Req] = []
-        if self.running and (not prefill or cfg.mixed_chunk):
-            self._sgl_check_decode_mem()
-            decode = self.running
-            self.ratio = max(self.min_ratio, self.ratio - self.ratio_decay)
-        per = 1 + self.n_drafts if self.spec else 1
-        dec_ctx = 0
-        for r in decode:
-            dec_ctx += r.computed
-        return prefill, list(decode), len(decode) * per, dec_ctx
-
-    def _sgl_prefill(self) -> list[tuple[Req, int]]:
-        cfg = self.cfg
-        chunk = cfg.chunk
-        budget = chunk if chunk else cfg.max_prefill_tokens
-        if cfg.mixed_chunk and self.running:
-            budget = max(1, budget - len(self.running))
-        items: list[tuple[Req, int]] = []
-        r = self.chunked
-        if r is not None:
-            # the chunked request continues first; waiting requests may join if budget is left
-            left = r.fill_len - r.computed
-            n = min(left, budget) if chunk else left
-            if not self._alloc(n):
-                return items
-            r.private += n
-            items.append((r, n))
-            budget -= n
-            if n < left or budget <= 0:
-                return items
-        avail = self.available()
-        reserve = 0.0
-        for q in self.running:
-            reserve += min(q.max_new - q.out_len, CLIP_MAX_NEW_TOKENS) * self.ratio
-        rem_total = avail - reserve
-        n_running = len(self.running)
-        while self.waiting and budget > 0 and n_running + len(items) < self.max_running:
-            r = self.waiting[0]
-            self._admit_prefix(r)
-            extend = r.fill_len - r.computed
-            need = extend + min(r.max_new - r.out_len, CLIP_MAX_NEW_TOKENS) * self.ratio
-            first = not items and not self.running
-            if need > rem_total and not (first and extend <= avail):
-                self._unadmit(r)
-                break
-            if chunk:
-                n = min(extend, budget)
-            else:
-                if extend > budget and items:
-                    self._unadmit(r)
-                    break
-                n = extend
-            if not self._alloc(n):
-                self._unadmit(r)
-                break
-            self.waiting.popleft()
-            self._mark_started(r)
-            r.private += n
-            self._new_cached += r.prefix_len
-            items.append((r, n))
-            rem_total -= need
-            budget -= n
-            if n < extend:
-                self.chunked = r
-                break
-        return items
-
-    def _sgl_check_decode_mem(self) -> None:
-        per = 1 + self.n_drafts if self.spec else 1
-        if self.available() >= len(self.running) * per:
-            return
-        order = sorted(self.running, key=lambda q: (q.out_len, -q.prompt_len), reverse=True)
-        retracted: list[Req] = []
-        gained = 0
-        while len(order) > 1 and self.available() < max(len(order) * RETRACT_DECODE_STEPS, len(order) * per):
-            victim = order.pop()
-            gained += victim.private
-            self._retract(victim)
-            retracted.append(victim)
-        if not retracted:
-            return
-        self.running = [q for q in self.running if q not in retracted]
-        old = self.ratio
-        total_decoded = sum(q.out_len for q in self.running)
-        total_max_new = sum(q.max_new for q in self.running) or 1
-        self.ratio = min(1.0, (total_decoded + RETRACT_DECODE_STEPS * len(self.running)) / total_max_new)
-        self.log.warning(
-            f"KV cache pool is full. Retract requests. #retracted_reqs: {len(retracted)}, "
-            f"#new_tokens_gained: {gained}, #new_token_ratio: {old:.4f} -> {self.ratio:.4f}",
-            rank=True,
-        )
-
-    def _retract(self, r: Req) -> None:
-        st = self.stats
-        st.retracted_reqs += 1
-        st.retracted_since_log += 1
-        st.retracted_in += r.prompt_len
-        st.retracted_out += r.out_len
-        r.retractions += 1
-        self._release(r, insert=False)
-        self.waiting.appendleft(r)
-
-    # ---- vLLM scheduling ----------------------------------------------------------------------------
-    def vllm_plan(self) -> tuple[list[tuple[Req, int]], list[Req], int, int]:
-        budget = self.cfg.chunk or 8192
-        prefill: list[tuple[Req, int]] = []
-        decode: list[Req] = []
-        dec_tokens = 0
-        dec_ctx = 0
-        preempted = False
-        running = self.running
-        # fast path: every running request is decoding and the pool has room
-        need = 0
-        all_decode = True
-        for r in running:
-            if r.computed < r.fill_len:
-                all_decode = False
-                break
-            need += 1 + (len(self._draft(r)) if self.spec else 0)
-        if all_decode and need <= budget and self.free_tokens() >= need:
-            self.private_used += need
-            for r in running:
-                n = 1 + len(r.draft) if self.spec else 1
-                r.private += n
-                dec_ctx += r.computed
-            decode = list(running)
-            dec_tokens = need
-            budget -= need
-        else:
-            i = 0
-            while i < len(running) and budget > 0:
-                r = running[i]
-                if r.computed < r.fill_len:
-                    n = min(r.fill_len - r.computed, budget)
-                    is_prefill = True
-                else:
-                    n = 1 + (len(self._draft(r)) if self.spec else 0)
-                    is_prefill = False
-                ok = True
-                while not self._alloc(n):
-                    victim = running.pop()
-                    self._preempt(victim)
-                    preempted = True
-                    if victim is r:
-                        ok = False
-                        break
-                if not ok:
-                    break
-                r.private += n
-                budget -= n
-                if is_prefill:
-                    prefill.append((r, n))
-                else:
-                    decode.append(r)
-                    dec_tokens += n
-                    dec_ctx += r.computed
-                i += 1
-        if not preempted:
-            while self.waiting and budget > 0 and len(running) < self.max_running:
-                r = self.waiting[0]
-                self._admit_prefix(r)
-                n = min(r.fill_len - r.computed, budget)
-                if not self._alloc(n):
-                    self._unadmit(r)
-                    break
-                self.waiting.popleft()
-                self._mark_started(r)
-                r.private += n
-                running.append(r)
-                prefill.append((r, n))
-                budget -= n
-        return prefill, decode, dec_tokens, dec_ctx
-
-    def _draft(self, r: Req) -> list[int]:
-        assert r.drafter is not None
-        r.draft = r.drafter.propose(self.n_drafts)
-        return r.draft
-
-    def _preempt(self, r: Req) -> None:
-        self.stats.preemptions += 1
-        self.stats.preemptions_since_log += 1
-        r.retractions += 1
-        self._release(r, insert=True)
-        self.waiting.appendleft(r)
-
-    # ---- applying a finished step ---------------------------------------------------------------
-    def apply(self, prefill: list[tuple[Req, int]], decode: list[Req], graph: bool, dt: float) -> None:
-        stats = self.stats
-        now = time.perf_counter()
-        sgl = self.sgl
-        finished: list[Req] = []
-        new_prefill_tokens = 0
-        for r, n in prefill:
-            if r.finished:
-                continue
-            r.computed += n
-            new_prefill_tokens += n
-            if r.computed >= r.fill_len:
-                if self.chunked is r:
-                    self.chunked = None
-                if r.max_new == 0:  # prefill only (SGLang allows max_new_tokens=0)
-                    r.finish_reason = {"type": "length", "length": 0}
-                    finished.append(r)
-                    continue
-                # the prefill's forward pass yields the next token
-                tok = self._next(r)
-                r.ctx.append(tok)
-                if sgl:
-                    self.running.append(r)
-                if r.first_token is None:
-                    r.first_token = now
-                    if not r.health:
-                        stats.ttft.observe(now - r.arrival)
-                elif not r.health:
-                    stats.itl.observe(now - r.last_emit)
-                r.last_emit = now
-                if self._check_finish(r):
-                    finished.append(r)
-                else:
-                    r.sink.emit(r, False)
-        gen = 0
-        spec = self.spec
-        gaps: dict[float, int] = {}
-        interval = self.cfg.stream_interval
-        if spec:
-            for r in decode:
-                if r.finished:
-                    continue
-                k = self._verify(r)
-                r.computed += k
-                if sgl:
-                    self._alloc(k)
-                    r.private += k
-                gen += k
-                if not r.health:
-                    stats.itl.observe((now - r.last_emit) / k, k, now - r.last_emit)
-                r.last_emit = now
-                if self._check_finish(r):
-                    finished.append(r)
-                elif interval == 1 or r.out_len // interval != (r.out_len - k) // interval:
-                    r.sink.emit(r, False)
-        else:
-            # hot path: one token per running request
-            if sgl:
-                n_live = 0
-                for r in decode:
-                    if not r.finished:
-                        n_live += 1
-                free = self.free_tokens()
-                if free < n_live and self.tree is not None:
-                    self.tree.evict(n_live - free)
-                self.private_used += n_live
-            for r in decode:
-                if r.finished:
-                    continue
-                gen += 1
-                m = r.lm
-                # inline EmulatedLM.next_token
-                ptr = m.ptr
-                rnd = m.rng.random
-                if ptr >= 0 and rnd() < m.p_stay:
-                    m.ptr = ptr + 1
-                    tok = r.ctx[ptr]
-                else:
-                    tok = m.jump()
-                ctx = r.ctx
-                ctx.append(tok)
-                r.computed += 1
-                if sgl:
-                    r.private += 1
-                gap = now - r.last_emit
-                gaps[gap] = gaps.get(gap, 0) + 1
-                r.last_emit = now
-                n_out = len(ctx) - r.prompt_len
-                if (
-                    n_out >= r.max_new or (not r.ignore_eos and (n_out >= r.natural_len or r.stop_ids))
-                ) and self._check_finish(r):
-                    finished.append(r)
-                    continue
-                if interval == 1 or n_out % interval == 0:
-                    r.sink.emit(r, False)
-            observe = stats.itl.observe
-            for gap, cnt in gaps.items():
-                observe(gap, cnt)
-        stats.events += len(decode) + len(prefill)
-        if spec and not sgl:
-            # vLLM allocated slots for every draft; give back the rejected ones
-            for r in decode:
-                extra = r.private - r.computed + r.prefix_len
-                if extra > 0:
-                    r.private -= extra
-                    self.private_used -= extra
-        gen += sum(1 for r, _ in prefill if r.computed >= r.fill_len)
-        stats.generation_tokens += gen
-        stats.prompt_tokens += new_prefill_tokens
-        self.gen_tokens_since_log += gen
-        self.gen_tokens_since_stats += gen
-        self.prompt_tokens_since_stats += new_prefill_tokens
-        stats.realtime_tokens["prefill_compute"] += new_prefill_tokens
-        stats.realtime_tokens["decode"] += gen
-        stats.graph_passes["decode_cuda_graph" if graph else "decode_none"] += 1 if decode else 0
-        stats.iter_tokens.observe(new_prefill_tokens + len(decode))
-        for r in finished:
-            self._finish(r, now)
-        if finished:
-            self.running = [r for r in self.running if not r.finished]
-        if sgl:
-            if prefill:
-                self._sgl_prefill_log(prefill, new_prefill_tokens, dt)
-            if decode:
-                self.decode_steps_since_log += 1
-                if self.decode_steps_since_log >= self.cfg.decode_log_interval:
-                    self._sgl_decode_log(graph)
-        else:
-            if now - self.last_stats_wall >= 10.0 * self.scale:
-                self._vllm_stats_log(now)
-
-    def _next(self, r: Req) -> int:
-        assert r.lm is not None
-        return r.lm.next_token()
-
-    def _verify(self, r: Req) -> int:
-        """Compare the drafts with the model's real continuation; emit accepted + 1 bonus token."""
-        assert r.lm is not None
-        draft = r.draft if not self.sgl else self._draft(r)
-        accepted = 0
-        for d in draft:
-            tok = r.lm.next_token()
-            r.ctx.append(tok)
-            if tok != d:
-                break
-            accepted += 1
-            if r.out_len >= r.max_new:
-                break
-        else:
-            r.ctx.append(r.lm.next_token())
-        emitted = accepted + 1
-        if r.out_len > r.max_new:  # never exceed max_new_tokens
-            del r.ctx[r.prompt_len + r.max_new :]
-            emitted = min(emitted, r.max_new)
-        st = self.stats
-        r.verify_ct += 1
-        r.accepted += accepted
-        r.proposed += self.n_drafts if self.sgl else len(draft)
-        while len(r.hist) <= accepted:
-            r.hist.append(0)
-        r.hist[accepted] += 1
-        st.spec_verify += 1
-        st.spec_emitted += emitted
-        if draft:
-            st.spec_drafts += 1
-            st.spec_draft_tokens += len(draft)
-            st.spec_accepted += accepted
-            for pos in range(accepted):
-                st.spec_per_pos[pos] += 1
-        return emitted
-
-    def _check_finish(self, r: Req) -> bool:
-        n = r.out_len
-        if not r.ignore_eos:
-            if n >= r.natural_len:
-                del r.ctx[r.prompt_len + r.natural_len :]
-                r.ctx[-1] = self.model.eos_token_id
-                r.finish_reason = {"type": "stop", "matched": self.model.eos_token_id}
-                return True
-            if r.stop_ids and r.ctx[-1] in r.stop_ids:
-                r.finish_reason = {"type": "stop", "matched": r.ctx[-1]}
-                return True
-        if n >= r.max_new:
-            r.finish_reason = {"type": "length", "length": r.max_new}
-            return True
-        return False
-
-    def _finish(self, r: Req, now: float) -> None:
-        r.finished = True
-        r.e2e = now - r.arrival
-        st = self.stats
-        self._release(r, insert=True)
-        if not r.health:
-            st.e2e.observe(r.e2e)
-            st.retractions_hist.observe(r.retractions)
-            st.finished_by_reason[r.finish_reason["type"] if r.finish_reason else "length"] += 1
-            if r.cached_tokens:
-                st.cached_tokens += r.cached_tokens
-        r.sink.emit(r, True)
-        self.completed += 0 if r.health else 1
+    def _notify(self) -> None:
         self.wake.set()
+        fut = self._gather
+        if fut is not None and self.submitted >= self._gather_until and not fut.done():
+            fut.set_result(None)
+
+    def _on_finish(self) -> None:
         crash = self.cfg.sim.crash_after
         if crash is not None and self.completed >= crash and self.on_crash:
             cb, self.on_crash = self.on_crash, None
@@ -808,90 +83,128 @@ class Engine:
             self.hung = True
             self.log.warning(f"enginesim: scheduler hangs now (injected after {self.completed} requests)")
 
-    # ---- log lines -------------------------------------------------------------------------------
-    def token_usage(self) -> float:
-        return self.used_tokens() / self.capacity if self.capacity else 0.0
+    # ---- time scale ---------------------------------------------------------------------------------
+    def set_scale(self, scale: float) -> bool:
+        """A new time scale, only between cases (idle): one case runs at one scale."""
+        if not self.idle() or not scale > 0:
+            return False
+        if scale != self.scale:
+            self.scale = scale
+            self.evidence.set_scale(scale)
+        return True
 
-    def _sgl_prefill_log(self, prefill: list[tuple[Req, int]], new_tok: int, dt: float) -> None:
-        hit = self._new_cached
-        self._new_cached = 0
-        n_new_done = sum(1 for r, _ in prefill if r.computed >= r.fill_len and not r.finished)
-        self.stats.cache_hit_rate = hit / (hit + new_tok) if hit + new_tok else 0.0
-        pending = (self.chunked.fill_len - self.chunked.computed) if self.chunked else 0
-        self.log.sgl(
-            f"Prefill batch, #new-seq: {len(prefill)}, #new-token: {new_tok}, #cached-token: {hit}, "
-            f"token usage: {self.token_usage():.2f}, #running-req: {max(len(self.running) - n_new_done, 0)}, "
-            f"#queue-req: {len(self.waiting)}, #pending-token: {pending}, cuda graph: False, "
-            f"input throughput (token/s): {new_tok / max(dt * self.scale, 1e-9):.2f}",
-            rank=True,
-        )
+    # ---- the loop -------------------------------------------------------------------------------------
+    def first_step_budget(self) -> int:
+        """Prompt tokens one prefill step takes (SGLang: the chunk or --max-prefill-tokens; vLLM: the
+        token budget): a burst that fills it needs no more waiting."""
+        return self.cfg.chunk or self.cfg.max_prefill_tokens
 
-    def _sgl_decode_log(self, graph: bool) -> None:
-        now = time.perf_counter()
-        thr = self.gen_tokens_since_log / max(now - self.last_decode_log, 1e-9)
-        self.stats.last_gen_throughput = thr
-        spec = ""
-        st = self.stats
-        if self.spec and st.spec_verify:
-            spec = (
-                f"accept len: {st.spec_emitted / st.spec_verify:.2f}, "
-                f"accept rate: {st.spec_accepted / max(st.spec_verify * self.n_drafts, 1):.2f}, "
-            )
-        self.log.sgl(
-            f"Decode batch, #running-req: {len(self.running)}, #token: {self.used_tokens()}, "
-            f"token usage: {self.token_usage():.2f}, {spec}cuda graph: {graph}, "
-            f"gen throughput (token/s): {thr:.2f}, #queue-req: {len(self.waiting)}, ",
-            rank=True,
-        )
-        self.decode_steps_since_log = 0
-        self.gen_tokens_since_log = 0
-        self.last_decode_log = now
+    async def _wait_burst(self, timeout: float) -> None:
+        """Let a burst of requests sent together land: wait while they keep arriving (a quiet period of
+        ARRIVAL_QUIET_S ends it) until they fill a first step, at most `timeout` wall seconds. The rest
+        are read while that step runs: they join later steps anyway."""
+        end = time.perf_counter() + timeout
+        budget = self.first_step_budget()
+        while True:
+            rest = end - time.perf_counter()
+            waiting = self.waiting
+            if rest <= 0 or len(waiting) >= self.max_running or sum(len(r.ctx) for r in waiting) >= budget:
+                return
+            seen = self.submitted
+            await self._wait_arrivals(1, min(rest, ARRIVAL_QUIET_S))
+            if self.submitted == seen:
+                return
 
-    def _vllm_stats_log(self, now: float) -> None:
-        dt = max(now - self.last_stats_wall, 1e-9)
-        st = self.stats
-        q, h = st.prefix_queries, st.prefix_hits
-        dq, dh = q - self.last_hit_q[0], h - self.last_hit_q[1]
-        hit_rate = 100.0 * dh / dq if dq else 0.0
-        self.last_hit_q = (q, h)
-        pre = f", Preemptions: {st.preemptions_since_log}" if st.preemptions_since_log else ""
-        st.preemptions_since_log = 0
-        self.log.vllm(
-            f"Engine 000: Avg prompt throughput: {self.prompt_tokens_since_stats / dt:.1f} tokens/s, "
-            f"Avg generation throughput: {self.gen_tokens_since_stats / dt:.1f} tokens/s, "
-            f"Running: {len(self.running)} reqs, Waiting: {len(self.waiting)} reqs{pre}, "
-            f"GPU KV cache usage: {100.0 * self.token_usage():.1f}%, Prefix cache hit rate: {hit_rate:.1f}%",
-            src="loggers.py:123",
-            proc="APIServer",
-        )
-        if self.spec and st.spec_drafts:
-            acc = st.spec_accepted / max(st.spec_draft_tokens, 1)
-            per_pos = ", ".join(f"{st.spec_per_pos[i] / st.spec_drafts:.3f}" for i in range(self.n_drafts))
-            self.log.vllm(
-                f"SpecDecoding metrics: Mean acceptance length: {1 + st.spec_accepted / st.spec_drafts:.2f}, "
-                f"Accepted throughput: {st.spec_accepted / dt:.2f} tokens/s, "
-                f"Drafted throughput: {st.spec_draft_tokens / dt:.2f} tokens/s, "
-                f"Accepted: {st.spec_accepted} tokens, "
-                f"Drafted: {st.spec_draft_tokens} tokens, Per-position acceptance rate: {per_pos}, "
-                f"Avg Draft acceptance rate: {100 * acc:.1f}%",
-                src="metrics.py:96",
-                proc="APIServer",
-            )
-        self.prompt_tokens_since_stats = 0
-        self.gen_tokens_since_stats = 0
-        self.last_stats_wall = now
+    async def _wait_arrivals(self, n: int, timeout: float) -> None:
+        """Wait until `n` more requests were submitted, or `timeout` wall seconds."""
+        if timeout <= 0:
+            await asyncio.sleep(0)
+            return
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._gather = fut
+        self._gather_until = self.submitted + n
+        handle = loop.call_later(timeout, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            self._gather = None
+
+    async def run(self) -> None:
+        perf = time.perf_counter
+        ev = self.evidence
+        busy = False
+        short = 0.0  # wall length of the shorter of the last two steps: bounds the arrival wait
+        while True:
+            if self.dead or self.hung or self.idle():
+                flush_pending()
+                busy = False
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            if not busy:
+                # A busy period starts where its first request arrived; a burst sent together gets
+                # a short window to land before the first plan (the deadline does not move).
+                busy = True
+                first = min(r.arrival for r in self.waiting) if self.waiting else perf()
+                self.wall0 = first - self.sim_t * self.scale
+                ev.busy_start(first)
+                head = self.waiting[0] if self.waiting else None
+                if head is not None:
+                    n = min(len(head.ctx), self.cfg.chunk or len(head.ctx))
+                    alone = self.cost.step([(n, 0)], 0, 0, 0).total * self.scale
+                    await self._wait_burst(min(GRACE_MAX_S, GRACE_FRACTION * alone) - (perf() - first))
+            prefill, decode, dec_tokens, dec_ctx = self.plan()
+            if not prefill and not decode:
+                # nothing schedulable (KV blocked); wait for a finish/abort or new capacity
+                flush_pending()
+                busy = False
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            c = self.cost.step([(n, r.computed) for r, n in prefill], len(decode), dec_tokens, dec_ctx)
+            scale = self.scale
+            length = c.total * scale
+            start = self.wall0 + self.sim_t * scale
+            now = perf()
+            slipped = 0.0
+            if now - start > length:  # more than one step behind: move the schedule, never burst
+                slipped = now - start
+                ev.slip(slipped)
+                self.wall0 += slipped
+                start = now
+            self.sim_t += c.total
+            deadline = start + length
+            # The step's outcome is computed now and held; only its writes wait for the deadline.
+            HOLD[0] = True
+            try:
+                self.apply(prefill, decode, c.graph, c.total, deadline)
+            finally:
+                HOLD[0] = False
+            rest = deadline - perf()
+            if rest > BLOCKING_SLEEP_MAX_S:
+                await asyncio.sleep(rest - COARSE_MARGIN_S)
+                rest = deadline - perf()
+            if rest > 0:
+                time.sleep(rest)  # precise: the loop's timers wake 1-5 ms late at p95 on a busy box
+            wrote = perf()
+            flush_held()
+            flush_pending()
+            done = perf()
+            if self.dead:
+                continue
+            self.last_step_wall = done
+            # a slipped step was late by the slip too: the evidence counts lateness against the schedule
+            late = wrote - deadline + slipped
+            ev.step(c.total, length, late, done - wrote, done, len(decode) + len(prefill))
+            if self.last_first_tokens:
+                ev.first_token_step(length, late, wrote - deadline, done, self.last_first_tokens)
+            grace = GRACE_FRACTION * min(length, short or length)
+            short = length
+            # the requests the finished ones make room for come back within the grace window
+            window = min(GRACE_MAX_S, grace) if self.last_finished else 0.0
+            await self._wait_arrivals(self.last_finished, window)
 
     def lag_summary(self) -> dict[str, float]:
-        lags = sorted(self.stats.lags)
-        if not lags:
-            return {"p50": 0.0, "p99": 0.0, "max": 0.0, "steps": 0}
-        return {
-            "p50": round(lags[len(lags) // 2] * 1000, 3),
-            "p99": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000, 3),
-            "max": round(self.stats.lag_max * 1000, 3),
-            "steps": self.stats.steps,
-        }
-
-
-def pid() -> int:
-    return os.getpid()
+        return self.evidence.lag_summary()

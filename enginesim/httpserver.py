@@ -25,18 +25,18 @@ REASONS = {
 MAX_BODY = 256 << 20
 
 # Stream chunks are buffered per connection and written together: one write per connection per flush.
-# The engine flushes before it sleeps; when it runs behind schedule it keeps computing steps without
-# yielding (up to a bound) so several steps' events share one syscall. Writes made outside the engine
-# loop are flushed by a call_soon callback.
+# Writes made outside the engine loop are flushed by a call_soon callback. The engine computes a step
+# before its deadline with HOLD set: everything the step writes (chunks, whole responses, closes) waits
+# in HELD until the engine calls flush_held() at the deadline, so only the syscalls are left there.
 PENDING: list[Conn] = []
+HELD: list[Conn] = []
+HOLD = [False]
 _flush_scheduled = [False]
 
 
-def flush_pending() -> int:
-    """Write every buffered chunk; returns how many connections were written."""
-    _flush_scheduled[0] = False
+def _write_out(conns: list[Conn]) -> int:
     n = 0
-    for c in PENDING:
+    for c in conns:
         c.queued = False
         out = c.out
         if out:
@@ -44,8 +44,23 @@ def flush_pending() -> int:
                 c.transport.write(out[0] if len(out) == 1 else b"".join(out))
                 n += 1
             out.clear()
-    PENDING.clear()
+        if c.close_after:
+            c.close_after = False
+            if c.transport is not None:
+                c.transport.close()
+    conns.clear()
     return n
+
+
+def flush_pending() -> int:
+    """Write every buffered chunk that is not held for a deadline; returns the connections written."""
+    _flush_scheduled[0] = False
+    return _write_out(PENDING)
+
+
+def flush_held() -> int:
+    """Write what the engine's step queued under HOLD (at the step's deadline)."""
+    return _write_out(HELD)
 
 
 class Request:
@@ -85,6 +100,7 @@ class Conn(asyncio.Protocol):
         self.on_close: Callable[[], None] | None = None
         self.out: list[bytes] = []
         self.queued = False
+        self.close_after = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -177,6 +193,9 @@ class Conn(asyncio.Protocol):
         self.out.append(data)
         if not self.queued:
             self.queued = True
+            if HOLD[0]:
+                HELD.append(self)
+                return
             PENDING.append(self)
             if not _flush_scheduled[0]:
                 _flush_scheduled[0] = True
@@ -191,6 +210,10 @@ class Conn(asyncio.Protocol):
             f"{'' if self.keep_alive else 'connection: close' + chr(13) + chr(10)}\r\n"
         ).encode()
         data = head + resp.body
+        if HOLD[0]:
+            self._queue(data)
+            self._done()
+            return
         if self.out:
             data = b"".join(self.out) + data
             self.out.clear()
@@ -218,6 +241,9 @@ class Conn(asyncio.Protocol):
         self.on_close = None
         self.busy = False
         if not self.keep_alive:
+            if HOLD[0]:
+                self.close_after = True
+                return
             if self.transport is not None:
                 if self.out:
                     self.transport.write(b"".join(self.out))

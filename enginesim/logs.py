@@ -1,19 +1,24 @@
-"""Log lines in each engine's own prefix format, written to stdout (the role redirects it to a file).
+"""Log lines in the running engine's own format, written to stdout (the role redirects it to a file).
 
-SGLang: `[2026-06-08 19:59:37] msg` (scheduler ranks add ` TP0`, ` TP8` ... when TP > 1).
-vLLM:   `(EngineCore_DP0 pid=164) INFO 01-23 15:50:06 [kv_cache_utils.py:1087] msg`.
+The format is the flavour's (flavours/*.py `format`): SGLang `[2026-06-08 19:59:37] msg` (scheduler
+ranks add ` TP0`, ` TP8` ... when TP > 1); vLLM `(EngineCore_DP0 pid=164) INFO 01-23 15:50:06
+[kv_cache_utils.py:1087] msg`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
+from typing import Any
+
+CORE = "EngineCore_DP0"  # vLLM's engine-core process name (SGLang lines ignore it)
 
 
 class Logger:
-    def __init__(self, flavour: str, tp_suffix: str = "") -> None:
-        self.flavour = flavour
+    def __init__(self, flavour: Any, tp_suffix: str = "") -> None:
+        from . import flavours
+
+        self.flavour = flavours.get(flavour) if isinstance(flavour, str) else flavour
         self.tp_suffix = tp_suffix
         self.pid = os.getpid()
         self.out = sys.stdout
@@ -25,35 +30,35 @@ class Logger:
         except (OSError, ValueError):
             pass
 
-    def sgl(self, msg: str, rank: bool = False, level: str = "INFO") -> None:
-        """SGLang line; `rank=True` marks scheduler (TP) lines."""
-        del level
-        suffix = self.tp_suffix if rank else ""
-        self._write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{suffix}] {msg}")
-
-    def vllm(
-        self, msg: str, src: str = "api_server.py:1000", proc: str = "APIServer", level: str = "INFO"
+    def line(
+        self,
+        msg: str,
+        rank: bool = False,
+        level: str = "INFO",
+        src: str = "api_server.py:1000",
+        proc: str = "APIServer",
     ) -> None:
-        self._write(f"({proc} pid={self.pid}) {level} {time.strftime('%m-%d %H:%M:%S')} [{src}] {msg}")
+        """One line in the engine's format; `rank=True` marks scheduler (TP) lines, `src`/`proc` name
+        the source file and process where the engine's format shows them."""
+        suffix = self.tp_suffix if rank else ""
+        self._write(self.flavour.format(msg, level, suffix, self.pid, src, proc))
 
     def raw(self, line: str) -> None:
         self._write(line)
 
     def info(self, msg: str, src: str = "scheduler.py:1000", rank: bool = True) -> None:
-        """One informational line in the running engine's format."""
-        if self.flavour == "sglang":
-            self.sgl(msg, rank=rank)
-        else:
-            self.vllm(msg, src=src, proc="EngineCore_DP0")
+        """One informational line of the engine core."""
+        self.line(msg, rank=rank, src=src, proc=CORE)
 
     def warning(self, msg: str, src: str = "scheduler.py:1000", rank: bool = True) -> None:
-        if self.flavour == "sglang":
-            self.sgl(msg, rank=rank, level="WARNING")
-        else:
-            self.vllm(msg, src=src, proc="EngineCore_DP0", level="WARNING")
+        self.line(msg, rank=rank, level="WARNING", src=src, proc=CORE)
 
     def error(self, msg: str, src: str = "core.py:700", rank: bool = True) -> None:
-        if self.flavour == "sglang":
-            self.sgl(msg, rank=rank, level="ERROR")
-        else:
-            self.vllm(msg, src=src, proc="EngineCore_DP0", level="ERROR")
+        self.line(msg, rank=rank, level="ERROR", src=src, proc=CORE)
+
+
+class NullLogger(Logger):
+    """Swallows every line: the replay runs the scheduler's code, log lines included, silently."""
+
+    def _write(self, line: str) -> None:
+        del line

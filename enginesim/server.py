@@ -3,7 +3,7 @@
 Order, like the real engines: parse flags (refuse bad ones), print the start-up preamble, "load
 weights" (the slow-start knob sleeps here; the OOM knob dies here), size the KV pool and print it,
 wait for every rank, then serve. The HTTP port listens from the start so /health answers 503 until
-the engine is ready.
+the engine is ready. Every line an engine prints its own way comes from its flavour (flavours/).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import socket
 import sys
 from typing import Any
 
-from . import api, capacity, catalog, cli, cluster, nccl
-from .costmodel import CostModel
+from . import api, capacity, catalog, cli, cluster, flavours, nccl
 from .engine import Engine
+from .flavours.base import Flavour
 from .httpserver import serve
 from .logs import Logger
+from .scheduler import build_cost
 from .tokenizer import Tokenizer
 
 
@@ -30,49 +31,8 @@ def _tp_suffix(cfg: cli.Config) -> str:
     return f" TP{cfg.node_rank * local}"
 
 
-def _preamble(cfg: cli.Config, log: Logger, model: catalog.ModelSpec) -> None:
-    if cfg.flavour == "sglang":
-        args = ", ".join(f"{k}={v!r}" for k, v in cfg.raw.items() if not k.startswith("sim_"))
-        log.sgl(f"server_args=ServerArgs({args})")
-        if not cfg.raw.get("attention_backend"):
-            log.sgl("Attention backend not specified. Use fa3 backend by default.")
-        log.sgl("Init torch distributed begin.", rank=True)
-        log.sgl("Init torch distributed ends. mem usage=0.00 GB", rank=True)
-        mem_gb = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override).mem_bytes / (1 << 30)
-        log.sgl(
-            f"Load weight begin. avail mem={mem_gb:.2f} GB",
-            rank=True,
-        )
-    else:
-        log.vllm(f"vLLM API server version {api.VLLM_VERSION}", src="api_server.py:1839")
-        nondefault = {k: v for k, v in cfg.raw.items() if v not in (None, False) and not k.startswith("sim_")}
-        log.vllm(f"non-default args: {nondefault}", src="utils.py:233")
-        log.vllm(
-            f"Initializing a V1 LLM engine (v{api.VLLM_VERSION}) with config: model={cfg.model_path!r}, "
-            f"served_model_name={cfg.served_model_name}, max_seq_len={cfg.context_length or model.context}, "
-            f"tensor_parallel_size={cfg.tp}, kv_cache_dtype={cfg.kv_cache_dtype}, "
-            f"enable_prefix_caching={cfg.prefix_cache}, enforce_eager={not cfg.cuda_graph}",
-            src="core.py:93",
-            proc="EngineCore_DP0",
-        )
-
-
-def _oom_exit(cfg: cli.Config, log: Logger, message: str) -> None:
-    if cfg.flavour == "sglang":
-        log.sgl("Scheduler hit an exception: Traceback (most recent call last):", rank=True)
-        log.raw(
-            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 412, '
-            "in load_model"
-        )
-        log.raw(message)
-        log.sgl("Received sigquit from a child process. It usually means the child failed.")
-    else:
-        log.vllm("EngineCore failed to start.", src="core.py:708", proc="EngineCore_DP0", level="ERROR")
-        log.raw("Traceback (most recent call last):")
-        log.raw(message)
-        log.raw(
-            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
-        )
+def _startup_failure(fl: Flavour, log: Logger, message: str) -> None:
+    fl.startup_failure(log, message)
     sys.stdout.flush()
     os._exit(1)
 
@@ -95,17 +55,51 @@ def main(argv: list[str]) -> int:
 
 
 async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware, log: Logger) -> int:
-    loop = asyncio.get_running_loop()
+    """Start, then serve as the head or join it as a worker rank, until SIGTERM/SIGINT."""
+    fl = flavours.get(cfg.flavour)
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    _preamble(cfg, log, model)
+    await _load_weights(cfg, fl, log, model, hw)
+    cap = _size_kv_pool(cfg, fl, log, model, hw)
+    env = dict(os.environ)
+    nccl_info = env.get("NCCL_DEBUG", "").upper() == "INFO" and cfg.nnodes > 1
+    local_ranks = max(1, cfg.tp // cfg.nnodes)
+    if cfg.node_rank > 0:
+        return await _worker(cfg, log, env, nccl_info, local_ranks, stop)
+    engine = Engine(cfg, model, cap, build_cost(cfg, model, hw, cap), log)
+    app = api.App(engine, Tokenizer(model.vocab), _server_info(cfg, fl, cap))
+    engine.on_crash = _crash_handler(fl, log, engine, loop)
+    try:
+        server = await serve(cfg.host, cfg.port, app.dispatch)
+    except OSError as e:
+        log.error(f"bind to {cfg.host}:{cfg.port} failed: {e}", rank=False)
+        return 1
+    sched = asyncio.ensure_future(engine.run())
+    head_server = None
+    if cfg.nnodes > 1:
+        joined, head_server = await _wait_for_ranks(cfg, fl, log, engine, env, nccl_info, local_ranks, stop)
+        if not joined:
+            return 0 if head_server is not None or stop.is_set() else 1
+    fl.ready_lines(cfg, log)
+    engine.ready = True
+    await stop.wait()
+    _shut_down(fl, log, engine, server, head_server, sched)
+    return 0
+
+
+async def _load_weights(
+    cfg: cli.Config, fl: Flavour, log: Logger, model: catalog.ModelSpec, hw: catalog.Hardware
+) -> None:
+    """The preamble, then "weight loading": the slow-start knob sleeps here, the OOM knob dies here."""
+    fl.preamble(cfg, log, model, hw)
     if cfg.sim.start_delay_s:
         await asyncio.sleep(cfg.sim.start_delay_s)
     if cfg.sim.oom_at_start:
         gib = model.weight_bytes_per_gpu(cfg.tp) / (1 << 30)
-        _oom_exit(
-            cfg,
+        _startup_failure(
+            fl,
             log,
             f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {max(gib / 4, 0.5):.2f} GiB. "
             f"GPU 0 has a total capacity of {hw.mem_bytes / (1 << 30):.2f} GiB of which 312.00 MiB is free. "
@@ -115,61 +109,29 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
             "for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
         )
+
+
+def _size_kv_pool(
+    cfg: cli.Config, fl: Flavour, log: Logger, model: catalog.ModelSpec, hw: catalog.Hardware
+) -> capacity.Capacity:
+    """Size the KV pool and print it (dying like the engine when it does not fit); capture graphs."""
     try:
         cap = capacity.compute(cfg, model, hw)
     except capacity.StartupOOM as e:
-        _oom_exit(cfg, log, str(e))
+        _startup_failure(fl, log, str(e))
         raise
     assert cap.lines is not None
     for line in cap.lines:
         if line.startswith("max_total_num_tokens") and cfg.node_rank != 0:
             continue
-        if cfg.flavour == "sglang":
-            log.sgl(line, rank=True)
-        else:
-            src = (
-                "kv_cache_utils.py:1087"
-                if "KV cache size" in line or "Maximum concurrency" in line
-                else "gpu_worker.py:298"
-                if "Available" in line
-                else "gpu_model_runner.py:2602"
-            )
-            log.vllm(line, src=src, proc="EngineCore_DP0")
+        fl.capacity_line(log, line)
     if cfg.cuda_graph:
-        if cfg.flavour == "sglang":
-            log.sgl(
-                "Capture cuda graph begin. This can take up to several minutes. avail mem=12.00 GB",
-                rank=True,
-            )
-            log.sgl(
-                "Capture cuda graph end. Time elapsed: 1.02 s. mem usage=0.06 GB. avail mem=11.94 GB.",
-                rank=True,
-            )
-        else:
-            log.vllm(
-                "Graph capturing finished in 2 secs, took 0.06 GiB",
-                src="gpu_model_runner.py:3480",
-                proc="EngineCore_DP0",
-            )
-    env = dict(os.environ)
-    nccl_info = env.get("NCCL_DEBUG", "").upper() == "INFO" and cfg.nnodes > 1
-    local_ranks = max(1, cfg.tp // cfg.nnodes)
-    if cfg.node_rank > 0:
-        return await _worker(cfg, log, env, nccl_info, local_ranks, stop)
+        fl.graph_lines(log)
+    return cap
 
-    cost = CostModel(
-        model,
-        hw,
-        cfg.tp,
-        cfg.ep,
-        cfg.nnodes,
-        cap.kv_bytes_per_token,
-        cfg.cuda_graph,
-        cfg.cuda_graph_max_bs,
-        graph_covers_mixed=cfg.flavour == "vllm",
-    )
-    engine = Engine(cfg, model, cap, cost, log)
-    tok = Tokenizer(model.vocab)
+
+def _server_info(cfg: cli.Config, fl: Flavour, cap: capacity.Capacity) -> dict[str, Any]:
+    """Server args + capacity, as /server_info reports them."""
     info: dict[str, Any] = {k: v for k, v in cfg.raw.items() if not k.startswith("sim_")}
     info.update(
         {
@@ -183,29 +145,17 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
             "enable_metrics": cfg.enable_metrics,
             "speculative_algorithm": cfg.spec_algorithm,
             "context_length": cap.context_len,
-            "mem_fraction_static": cfg.mem_fraction or capacity.SGLANG_DEFAULT_MEM_FRACTION,
+            "mem_fraction_static": fl.mem_fraction(cfg),
         }
     )
-    app = api.App(engine, tok, info)
+    return info
+
+
+def _crash_handler(fl: Flavour, log: Logger, engine: Engine, loop: asyncio.AbstractEventLoop) -> Any:
+    """The injected crash (--sim-crash-after): the engine's fatal lines, then it is dead and exits."""
 
     def crash(msg: str) -> None:
-        if cfg.flavour == "sglang":
-            log.sgl("Scheduler hit an exception: Traceback (most recent call last):", rank=True)
-            log.raw(f"RuntimeError: {msg}")
-            log.sgl("Received sigquit from a child process. It usually means the child failed.")
-        else:
-            log.vllm(
-                "EngineCore encountered a fatal error.",
-                src="core.py:710",
-                proc="EngineCore_DP0",
-                level="ERROR",
-            )
-            log.raw(f"RuntimeError: {msg}")
-            log.vllm("AsyncLLM output_handler failed.", src="async_llm.py:480", level="ERROR")
-            log.raw(
-                "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
-                "(above) for the root cause."
-            )
+        fl.fatal(log, msg)
         sys.stdout.flush()
         # Dead from this line on, like the real engine: no further step runs, new requests are refused
         # and the ones in flight fail (at a small time scale the 50 ms before exit would otherwise let
@@ -214,13 +164,21 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
         loop.call_soon(engine.fail_all, f"engine dead: {msg}")
         loop.call_later(0.05, os._exit, 1)
 
-    engine.on_crash = crash
-    try:
-        server = await serve(cfg.host, cfg.port, app.dispatch)
-    except OSError as e:
-        log.error(f"bind to {cfg.host}:{cfg.port} failed: {e}", rank=False)
-        return 1
-    sched = asyncio.ensure_future(engine.run())
+    return crash
+
+
+async def _wait_for_ranks(
+    cfg: cli.Config,
+    fl: Flavour,
+    log: Logger,
+    engine: Engine,
+    env: dict[str, str],
+    nccl_info: bool,
+    local_ranks: int,
+    stop: asyncio.Event,
+) -> tuple[bool, Any]:
+    """Listen on --dist-init-addr until every rank joined (True) or SIGTERM (False); a rank lost later
+    kills the engine with the NCCL and engine fatal lines. Returns (joined, listening server or None)."""
 
     def lost(rank: int, peer: str) -> None:
         if engine.dead:
@@ -235,41 +193,29 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
             f"remote peer {peer} (node rank {rank})"
         )
         engine.dead = f"node rank {rank} lost: {peer}"
-        if cfg.flavour == "sglang":
-            log.sgl(f"Scheduler hit an exception: torch.distributed.DistBackendError: {msg}", rank=True)
-        else:
-            log.vllm(
-                f"EngineCore encountered a fatal error. {msg}",
-                src="core.py:710",
-                proc="EngineCore_DP0",
-                level="ERROR",
-            )
+        fl.peer_lost(log, msg)
         engine.fail_all(f"engine dead: node rank {rank} lost ({peer})")
 
     head = cluster.Head(cfg.nnodes, lost, lambda m: log.info(m, rank=False))
-    head_server = None
-    if cfg.nnodes > 1:
-        assert cfg.dist_init_addr
-        try:
-            head_server = await head.start(cfg.dist_init_addr)
-        except OSError as e:
-            log.error(f"cannot listen on --dist-init-addr {cfg.dist_init_addr}: {e}", rank=False)
-            return 1
-        waiter = asyncio.ensure_future(head.all_joined.wait())
-        stopper = asyncio.ensure_future(stop.wait())
-        await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
-        if stop.is_set():
-            return 0
-        if nccl_info:
-            for line in nccl.init_lines(env, cfg.sim.ib_dir, 0, cfg.nnodes, local_ranks):
-                log.raw(line)
-    _ready_lines(cfg, log)
-    engine.ready = True
-    await stop.wait()
-    if cfg.flavour == "sglang":
-        log.sgl("Received signal, shutting down.")
-    else:
-        log.vllm("Shutting down FastAPI HTTP server.", src="launcher.py:101")
+    assert cfg.dist_init_addr
+    try:
+        head_server = await head.start(cfg.dist_init_addr)
+    except OSError as e:
+        log.error(f"cannot listen on --dist-init-addr {cfg.dist_init_addr}: {e}", rank=False)
+        return False, None
+    waiter = asyncio.ensure_future(head.all_joined.wait())
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():
+        return False, head_server
+    if nccl_info:
+        for line in nccl.init_lines(env, cfg.sim.ib_dir, 0, cfg.nnodes, local_ranks):
+            log.raw(line)
+    return True, head_server
+
+
+def _shut_down(fl: Flavour, log: Logger, engine: Engine, server: Any, head_server: Any, sched: Any) -> None:
+    fl.shutdown(log)
     server.close()
     if head_server is not None:
         head_server.close()
@@ -277,21 +223,8 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
     lag = engine.lag_summary()
     log.raw(
         f"enginesim: sched_lag_ms p50={lag['p50']} p99={lag['p99']} max={lag['max']} steps={lag['steps']} "
-        f"events={engine.stats.events}"
+        f"events={engine.stats.events} slips={engine.evidence.slips}"
     )
-    return 0
-
-
-def _ready_lines(cfg: cli.Config, log: Logger) -> None:
-    url = f"http://{cfg.host}:{cfg.port}"
-    if cfg.flavour == "vllm":
-        log.vllm(f"Starting vLLM API server 0 on {url}", src="launcher.py:44")
-    log.raw(f"INFO:     Started server process [{os.getpid()}]")
-    log.raw("INFO:     Waiting for application startup.")
-    log.raw("INFO:     Application startup complete.")
-    if cfg.flavour == "sglang":
-        log.raw(f"INFO:     Uvicorn running on {url} (Press CTRL+C to quit)")
-        log.sgl("The server is fired up and ready to roll!")
 
 
 async def _worker(

@@ -12,14 +12,18 @@ short_description: Run one benchmark case (its saved command, under a timeout) a
 description:
   - >-
     Saves O(script) as C(bench_cmd.txt) in O(case_dir) (atomically, before anything runs: the exact
-    commands of the case are kept even when the run dies), runs it with C(bash) from that directory in
+    commands of the case are kept even when the run dies; a secret value is saved as C(***) by the one
+    secret rule of C(module_utils/redact.py), and then the unmasked text runs from memory), runs it
+    with C(bash) from that directory in
     its own process group, and then judges O(result_file) by the rules of the C(bench_result) module
     (parses, C(completed) equals O(expect_requests), outputs reached O(expect_output_len)). The exit code
     of the client is recorded but never taken as success.
   - >-
     The script carries its own C(timeout) around the client; O(timeout_s) is the net above it. When it
     expires the whole process group gets SIGTERM, then SIGKILL after O(kill_after_s), and the result says
-    RV(timed_out=true). Exit codes 124 and 137 (C(timeout)'s) also count as timed out.
+    RV(timed_out=true). Exit codes 124 and 137 (C(timeout)'s) also count as timed out. RV(limit) says
+    which limit fired, and the message names it with its value; whatever result file the client wrote
+    before it was stopped is kept and judged (its counts appear in the message).
   - >-
     On failure, when O(health_url) is given, the server is probed from the node (the address the client
     used), so a rescue can tell a dead server from a failed client; RV(server_alive) holds the answer.
@@ -48,9 +52,15 @@ options:
     description: Exit code of the earlier run when O(run=false) (124 and 137 mean it timed out).
     type: int
   timeout_s:
-    description: Seconds the script may run before its process group is terminated.
+    description: Seconds the script may run before its process group is terminated (the safety limit).
     type: int
     required: true
+  case_timeout_s:
+    description:
+      - The case's own timeout, the one the script's C(timeout) enforces (bench_timeout_s or its per-case
+        override). A failure names it when C(timeout) fired (exit 124/137); the safety limit O(timeout_s)
+        is named only when the module had to stop the script itself.
+    type: int
   kill_after_s:
     description: Grace between SIGTERM and SIGKILL when O(timeout_s) expires.
     type: int
@@ -141,6 +151,12 @@ timed_out:
   description: The client ran out of time (the module's timeout, or C(timeout)'s exit code 124/137).
   returned: always
   type: bool
+limit:
+  description:
+    - Which limit ended the run, C(case_timeout) (the script's C(timeout)) or C(safety_limit) (this
+      module); null when none.
+  returned: always
+  type: str
 started_at:
   description: UTC ISO-8601 time the script started.
   returned: unless check mode
@@ -185,6 +201,7 @@ import time  # noqa: E402
 from ansible.module_utils.atomic_write import atomic_write_text  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.bench_file import judge_file  # noqa: E402
+from ansible.module_utils.redact import redact_text  # noqa: E402
 
 argument_spec = dict(
     case_dir=dict(type="path", required=True),
@@ -192,6 +209,7 @@ argument_spec = dict(
     run=dict(type="bool", default=True),
     rc=dict(type="int"),
     timeout_s=dict(type="int", required=True),
+    case_timeout_s=dict(type="int"),
     kill_after_s=dict(type="int", default=10),
     result_file=dict(type="str", default="bench.json"),
     expect_requests=dict(type="int", required=True),
@@ -213,8 +231,9 @@ def _healthy(url: str) -> bool:
     import urllib.error  # only after a failure: keeps the module's start-up short
     import urllib.request
 
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # our own server: no proxy
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with opener.open(url, timeout=5) as resp:
             return 200 <= resp.status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -225,20 +244,29 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def run_script(case_dir: str, timeout_s: int, kill_after_s: int) -> dict:
-    """Run bench_cmd.txt in its own process group; on timeout TERM then KILL the whole group."""
+def run_script(case_dir: str, timeout_s: int, kill_after_s: int, text: str | None = None) -> dict:
+    """Run bench_cmd.txt (or ``text`` on stdin) in its own process group; on timeout TERM then KILL it."""
     started_at, t0 = _utc_now(), time.monotonic()
     proc = subprocess.Popen(
-        ["bash", "bench_cmd.txt"],
+        ["bash", "bench_cmd.txt"] if text is None else ["bash", "-s"],
         cwd=case_dir,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if text is None else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     killed = False
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        out, _ = proc.communicate(input=None if text is None else text.encode("utf-8"), timeout=timeout_s)
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGTERM) of the run: the client lives in its own session and would run on after
+        # this module is gone. Stop it the way its timeout would, so it writes what it measured.
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=kill_after_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+        raise
     except subprocess.TimeoutExpired:
         killed = True
         _signal_group(proc, signal.SIGTERM)
@@ -251,6 +279,7 @@ def run_script(case_dir: str, timeout_s: int, kill_after_s: int) -> dict:
     return {
         "rc": rc,
         "timed_out": killed or rc in _TIMEOUT_RCS,
+        "limit": "safety_limit" if killed else ("case_timeout" if rc in _TIMEOUT_RCS else None),
         "started_at": started_at,
         "ended_at": _utc_now(),
         "wall_s": round(time.monotonic() - t0, 3),
@@ -262,6 +291,11 @@ def check_args(p: dict) -> str | None:
     """The first rule a parameter breaks, as one line naming the value; None when all hold."""
     if p["timeout_s"] < 1:
         return f"bench_case: timeout_s={p['timeout_s']} (rule: >= 1 second)"
+    if p["case_timeout_s"] is not None and not 1 <= p["case_timeout_s"] <= p["timeout_s"]:
+        return (
+            f"bench_case: case_timeout_s={p['case_timeout_s']} "
+            f"(rule: 1 <= case_timeout_s <= timeout_s={p['timeout_s']})"
+        )
     if p["kill_after_s"] < 0:
         return f"bench_case: kill_after_s={p['kill_after_s']} (rule: >= 0)"
     if p["expect_requests"] < 1:
@@ -273,6 +307,23 @@ def check_args(p: dict) -> str | None:
     if os.path.isabs(p["result_file"]) or ".." in p["result_file"].split("/"):
         return f"bench_case: result_file={p['result_file']!r} (rule: a path inside case_dir)"
     return None
+
+
+def limit_message(p: dict, limit: str | None) -> str:
+    """Which limit stopped the client, with the value that was configured for it."""
+    case_limit = p["case_timeout_s"]
+    if limit == "safety_limit":
+        given = f"case timeout {case_limit} s + grace" if case_limit else "case timeout + grace"
+        return (
+            f"the case script ran past the safety limit of {p['timeout_s']} s ({given}): the client's own "
+            "timeout did not end it, so its process group was stopped"
+        )
+    if case_limit:
+        return (
+            f"the client ran past its case timeout of {case_limit} s "
+            "(bench_timeout_s / bench_case_timeouts) and was stopped"
+        )
+    return "the client ran past its case timeout and was stopped (exit code of timeout)"
 
 
 def run(module: AnsibleModule) -> dict:
@@ -287,15 +338,21 @@ def run(module: AnsibleModule) -> dict:
             "changed": False,
             "passed": True,
             "timed_out": False,
+            "limit": None,
             "server_alive": None,
             "reason": None,
             "msg": f"check mode: would save and run {case_dir}/bench_cmd.txt",
         }
     if p["run"]:
-        atomic_write_text(os.path.join(case_dir, "bench_cmd.txt"), p["script"])
-        ran = run_script(case_dir, p["timeout_s"], p["kill_after_s"])
+        # Saved through the one secret rule; when it masked something the real text runs from memory.
+        saved = redact_text(p["script"])
+        atomic_write_text(os.path.join(case_dir, "bench_cmd.txt"), saved)
+        ran = run_script(
+            case_dir, p["timeout_s"], p["kill_after_s"], None if saved == p["script"] else p["script"]
+        )
     else:
-        ran = {"rc": p["rc"], "timed_out": p["rc"] in _TIMEOUT_RCS}
+        timed_out = p["rc"] in _TIMEOUT_RCS
+        ran = {"rc": p["rc"], "timed_out": timed_out, "limit": "case_timeout" if timed_out else None}
     result = judge_file(
         os.path.join(case_dir, p["result_file"]),
         p["expect_requests"],
@@ -304,22 +361,27 @@ def run(module: AnsibleModule) -> dict:
     )
     result.update(ran, changed=True, server_alive=None)
     if ran["timed_out"]:
-        result.update(
-            passed=False,
-            msg=f"{case_dir}: the client ran past its timeout ({p['timeout_s']} s); {result['msg']}",
-        )
+        result.update(passed=False, msg=f"{case_dir}: {limit_message(p, ran['limit'])}; {result['msg']}")
     if not result["passed"] and p["health_url"]:
         result["server_alive"] = _healthy(p["health_url"])
     return result
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        supports_check_mode=True,
-        required_if=[("run", True, ("script",))],
-    )
-    result = run(module)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        module = AnsibleModule(
+            argument_spec=argument_spec,
+            supports_check_mode=True,
+            required_if=[("run", True, ("script",))],
+        )
+        result = run(module)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if not result["passed"]:
         module.fail_json(**result)
     module.exit_json(**result)

@@ -14,6 +14,8 @@ description:
     Runs C(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader) and
     fails when any compute process is listed, naming its pid, process name and GPU memory. A stray
     process (a server left from an earlier run, someone's notebook) skews or breaks a benchmark.
+    A first line that is nvidia-smi's CSV header (C(pid, process_name, used_gpu_memory [MiB]), printed by
+    a wrapper that drops C(noheader)) is skipped; any other line it cannot parse fails the check.
   - >-
     On a host without C(nvidia-smi) the GPUs cannot be proven idle, so the module fails unless
     O(allow_missing=true), in which case it succeeds with RV(gpus_idle=null) and RV(checked=false)
@@ -95,7 +97,9 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]
 RULE = "no stray GPU compute process before a server starts"
-_MEM = re.compile(r"^(?P<n>\d+)\s*MiB$")
+_MEM = re.compile(r"(?P<n>\d+)\s*MiB")  # fullmatch
+# The CSV header nvidia-smi prints without `noheader` (a capture or a site wrapper may keep it).
+_HEADERS = (("pid", "process_name", "used_gpu_memory [mib]"), ("pid", "process_name", "used_memory [mib]"))
 
 argument_spec = dict(
     nvidia_smi=dict(type="str"),
@@ -106,19 +110,27 @@ argument_spec = dict(
 def parse_compute_apps(stdout: str) -> list[dict]:
     """Parse ``pid, name, memory`` CSV lines (the name may itself contain commas).
 
+    A first line that is nvidia-smi's own CSV header (``pid, process_name, used_gpu_memory [MiB]``)
+    is skipped; any other line that is not that shape is refused.
+
     Raises ValueError naming the line when it is not that shape: an unreadable answer must not be
     mistaken for "no process".
     """
     processes = []
+    first = True
     for raw in stdout.splitlines():
         line = raw.strip()
         if not line or line.lower().startswith("no running processes found"):
             continue
         fields = [f.strip() for f in line.split(",")]
+        if first and tuple(f.lower() for f in fields) in _HEADERS:
+            first = False
+            continue  # the CSV header line, only as the first line
+        first = False
         if len(fields) < 3 or not fields[0].isdigit():
             raise ValueError(f"unexpected nvidia-smi line {line!r} (want 'pid, process_name, used_memory')")
         memory = fields[-1]
-        m = _MEM.match(memory)
+        m = _MEM.fullmatch(memory)
         processes.append(
             {
                 "pid": int(fields[0]),

@@ -11,13 +11,16 @@ module: server_stale
 short_description: Detect an inference server still running from an earlier run
 description:
   - >-
-    Collects evidence that a server from an earlier run is alive on this host, from any of three
-    sources given: a listener on O(port) (with its pid and command line when visible), a O(pid_file)
-    naming a live process, and a Docker container named O(container_name) in a running state.
+    Collects evidence that a server from an earlier run is alive on this host, from any of the sources
+    given: a listener on O(port) (with its pid and command line when visible), a start O(record) (the
+    C(server_process) module's JSON: PID, start time, boot id and command line) whose process still
+    runs as recorded, a O(pid_file) naming a live process, and a Docker container named
+    O(container_name) in a running state.
   - >-
-    With O(fail_on_stale=true) (the default) fails with one message listing the evidence, so preflight
-    stops before a second server competes for the GPUs. A pid file whose process is gone, or an exited
-    container with the name, is reported (RV(leftovers)) but is not a running server.
+    With O(fail_on_stale=true) (the default) fails with one message listing the evidence (a record names
+    its run), so preflight stops before a second server competes for the GPUs. A pid file whose process is
+    gone, a record whose PID now belongs to another process (or none), or an exited container with the
+    name, is reported (RV(leftovers)) but is not a running server.
   - >-
     Containers are listed with C(docker ps -a --filter name=NAME --format ...) printing ID, name and
     state separated by tabs; only the container named exactly O(container_name) counts.
@@ -35,7 +38,12 @@ options:
     type: str
     default: 0.0.0.0
   pid_file:
-    description: A pid file the process runtime wrote when it started the server.
+    description: A plain pid file (any live process it names counts; prefer O(record)).
+    type: path
+  record:
+    description:
+      - A start record of the C(server_process) module; counts only while PID, start time and command
+        line match.
     type: path
   container_name:
     description: The container name the docker runtime gives the server.
@@ -59,7 +67,7 @@ EXAMPLES = r"""
 - name: Preflight | no server left from an earlier run
   server_stale:
     port: "{{ engine_port }}"
-    pid_file: "{{ engine_run_dir }}/server.pid"
+    record: "{{ engine_state_dir }}/{{ inventory_hostname }}.json"
     container_name: "{{ engine_container_name }}"
 """
 
@@ -97,11 +105,14 @@ msg:
   type: str
 """
 
+import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.net_probe import cmdline, describe, pid_alive, probe_port  # noqa: E402
+from ansible.module_utils.proc_identity import same_process  # noqa: E402
+from ansible.module_utils.redact import mask_argv  # noqa: E402
 
 RULE = "stop the earlier server before a new run starts"
 RUNNING_STATES = ("running", "restarting", "paused")
@@ -110,6 +121,7 @@ argument_spec = dict(
     port=dict(type="int"),
     host=dict(type="str", default="0.0.0.0"),
     pid_file=dict(type="path"),
+    record=dict(type="path"),
     container_name=dict(type="str"),
     docker=dict(type="str", default="docker"),
     fail_on_stale=dict(type="bool", default=True),
@@ -136,6 +148,34 @@ def check_pid_file(path: str, evidence: list[str], leftovers: list[str], pids: l
         pids.append({"pid": pid, "cmdline": line, "source": "pid_file"})
     else:
         leftovers.append(f"pid file {path} names pid {pid}, which is not running")
+
+
+def check_record(path: str, evidence: list[str], leftovers: list[str], pids: list[dict]) -> None:
+    """A start record whose process still runs as recorded is evidence (naming its run); else a leftover."""
+    try:
+        with open(path) as handle:
+            rec = json.load(handle)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        leftovers.append(f"start record {path} unreadable: {exc}")
+        return
+    if not isinstance(rec, dict):
+        leftovers.append(f"start record {path} is not a JSON object")
+        return
+    if rec.get("runtime") == "docker":
+        return  # the container check (container_name) judges a container by its name and state
+    run = rec.get("run_id", "?")
+    ok, why = same_process(rec, mask_argv)
+    if not ok:
+        leftovers.append(f"start record {path} of run {run}: {why}")
+        return
+    line = " ".join(rec.get("cmdline") or [])
+    evidence.append(
+        f"the server of run {run} (pid {rec['pid']}, started {rec.get('started_at', '?')}) is still running"
+        + (f" ({line[:160]})" if line else "")
+    )
+    pids.append({"pid": rec["pid"], "cmdline": line, "source": "record", "run_id": run})
 
 
 def check_container(module: AnsibleModule, result: dict, evidence: list[str], leftovers: list[str]) -> None:
@@ -178,7 +218,7 @@ def check_container(module: AnsibleModule, result: dict, evidence: list[str], le
 def main() -> None:
     module = AnsibleModule(
         argument_spec=argument_spec,
-        required_one_of=[("port", "pid_file", "container_name")],
+        required_one_of=[("port", "pid_file", "record", "container_name")],
         supports_check_mode=True,
     )
     p = module.params
@@ -199,6 +239,8 @@ def main() -> None:
                 pids += [dict(o, source="port") for o in s["pids"]]
     if p["pid_file"]:
         check_pid_file(p["pid_file"], evidence, leftovers, pids)
+    if p["record"]:
+        check_record(p["record"], evidence, leftovers, pids)
     if p["container_name"]:
         check_container(module, result, evidence, leftovers)
     result.update(stale=bool(evidence), evidence=evidence, leftovers=leftovers, pids=pids)

@@ -13,11 +13,14 @@ import urllib.error
 import urllib.request
 
 COUNTER_SUFFIXES = ("_total", "_count", "_sum")
+# The server under test is reached directly: an http_proxy in the environment must not carry (or
+# break) the flush, the tokenizer or the metrics scrape.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _open(req: urllib.request.Request, timeout: float) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with _OPENER.open(req, timeout=timeout) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read() or b""

@@ -178,6 +178,8 @@ def load_result(path: str, record: str = "last") -> dict:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         whole_error = exc
+    except RecursionError as exc:  # an array/object bomb: name it instead of crashing the module
+        raise BenchFileError("unparsable", "JSON nested deeper than the parser's recursion limit") from exc
     else:
         fmt = detect_format(obj)
         if fmt is None:
@@ -200,6 +202,9 @@ def load_result(path: str, record: str = "last") -> dict:
             cand = json.loads(stripped)
         except json.JSONDecodeError as exc:
             last_bad = (number, exc.msg)
+            continue
+        except RecursionError:
+            last_bad = (number, "JSON nested deeper than the parser's recursion limit")
             continue
         fmt = detect_format(cand)
         if fmt is not None:

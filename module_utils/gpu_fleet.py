@@ -18,7 +18,7 @@ import math
 import re
 
 PROFILE_SCHEMA = "enginesim.hardware-profile/1"
-GPU_ID = re.compile(r"^(?:[0-9]+|cpu|all)$")
+GPU_ID = re.compile(r"[0-9]+|cpu|all")  # used with fullmatch: "0\n" is not an index
 
 # (measured key, datasheet key in profile.profile, label, display scale, unit)
 FIGURES = (
@@ -102,7 +102,7 @@ def judge_fleet(
     rows: list[dict] = []
     for rec in records:
         host, gpu = str(rec.get("host") or ""), str(rec.get("gpu") or "")
-        if not host or not GPU_ID.match(gpu):
+        if not host or not GPU_ID.fullmatch(gpu):
             raise GateInputError(
                 f"result entry host={host!r} gpu={gpu!r} (rule: a host name and a GPU index, 'cpu' or 'all')"
             )

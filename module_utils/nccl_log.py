@@ -93,7 +93,7 @@ ENGINE_FATAL = re.compile(
 MAX_FATAL_LINES = 5
 _FATAL_HINTS = ("memory", "Memory", "sigquit", "exception", "Engine")  # cheap filter before the regex
 
-HCA_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+HCA_NAME = re.compile(r"[A-Za-z0-9_.\-]+")  # used with fullmatch
 
 MAX_EVIDENCE_LINES = 200  # lines that decide the verdict (NET/IB, NET/Socket, Using network, WARN)
 MAX_CONTEXT_LINES = 50  # other network lines kept for context (version, env, plugin, first channels)
@@ -136,7 +136,7 @@ def parse_hca_specs(values: list[str] | str | None) -> list[dict]:
             parts = entry.split(":")
             name = parts[0]
             port: int | None = None
-            if not HCA_NAME.match(name) or len(parts) > 4:
+            if not HCA_NAME.fullmatch(name) or len(parts) > 4:
                 raise HcaSpecError(
                     f"expected_hcas entry {entry!r} is not an HCA like mlx5_0 or mlx5_0:1 "
                     "(rule: name[:port], letters/digits/_.-)"

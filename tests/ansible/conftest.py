@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .runner import base_extravars, free_port, pid_alive, zipapp_path
+from .runner import base_extravars, free_port, kill_recorded_servers, zipapp_path
 
 # Small and fast, but every phase real: enginesim at 1/50 of real time, a short A/B.
 FAST: dict[str, Any] = {
@@ -35,13 +33,7 @@ def run_env(tmp_path: Path, pyz: Path) -> Iterator[dict[str, Any]]:
     port = free_port()
     ev = base_extravars(results, pyz, port, **FAST)
     yield {"results": results, "port": port, "extravars": ev, "tmp": tmp_path}
-    for pidfile in (results / ".state").glob("*.pid") if (results / ".state").is_dir() else []:
-        try:
-            pid = int(pidfile.read_text().strip())
-        except ValueError:
-            continue
-        if pid_alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+    kill_recorded_servers(results)
 
 
 def port_listening(port: int) -> bool:

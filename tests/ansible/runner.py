@@ -142,6 +142,35 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def recorded_servers(results: Path) -> list[dict[str, Any]]:
+    """Every server start record (server_process module) under a results root."""
+    out = []
+    for path in sorted(results.glob("*/server/*.server.json")) if results.is_dir() else []:
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def server_still_running(record: dict[str, Any]) -> bool:
+    """True while the recorded process is still the one that was started (PID + start time + cmdline)."""
+    sys.path.insert(0, str(REPO))
+    from module_utils.proc_identity import same_process
+    from module_utils.redact import mask_argv
+
+    return same_process(record, mask_argv)[0]
+
+
+def kill_recorded_servers(results: Path) -> None:
+    """Test clean-up: SIGKILL the process group of every recorded server that is still the one started."""
+    import signal
+
+    for rec in recorded_servers(results):
+        if rec.get("runtime") == "process" and server_still_running(rec):
+            os.killpg(int(rec["pid"]), signal.SIGKILL)
+
+
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 

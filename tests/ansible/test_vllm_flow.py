@@ -19,7 +19,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import port_listening
-from .runner import LOCAL_INVENTORY, REPO, VENV_BIN, ansible_env, pid_alive, read_json, run_cli, run_runner
+from .runner import (
+    LOCAL_INVENTORY,
+    REPO,
+    VENV_BIN,
+    ansible_env,
+    read_json,
+    recorded_servers,
+    run_cli,
+    run_runner,
+    server_still_running,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +39,8 @@ AB_ROLES = ("control", "decode_background", "prefill_injection")
 
 def _assert_server_stopped(results: Path, port: int) -> None:
     assert not port_listening(port), f"server still listening on {port}"
-    for pidfile in (results / ".state").glob("*.pid"):
-        pid = int(pidfile.read_text().strip() or 0)
-        assert not pid_alive(pid), f"server pid {pid} still alive"
+    for rec in recorded_servers(results):
+        assert not server_still_running(rec), f"server pid {rec['pid']} still alive"
 
 
 def _samples(prom: Path) -> dict[str, float]:
@@ -78,18 +87,18 @@ def test_full_map_with_vllm(run_env: dict) -> None:
     # The server really ran as vLLM: the saved command is `enginesim vllm serve`, and the log carries
     # vLLM's own start-up lines with the flags as it parsed them.
     server = run_dir / "server"
-    cmd = (server / "localhost_server_cmd.txt").read_text()
+    cmd = (server / "localhost.start1_server_cmd.txt").read_text()
     assert " -m enginesim vllm serve Qwen/Qwen3-0.6B " in cmd and "export VLLM_SERVER_DEV_MODE=1" in cmd
     assert manifest["engine_flags"] in cmd
-    log = (server / "localhost.log").read_text()
+    log = (server / "localhost.start1.log").read_text()
     assert "vLLM API server version" in log and "Starting vLLM API server 0 on" in log
     assert "'max_model_len': 135168" in log and "'max_num_seqs': 256" in log
     assert "GPU KV cache size:" in log and "Engine 000:" in log
     assert "Load weight end" not in log and "sglang" not in log.lower()
-    gate = read_json(server / "localhost_nccl_gate.json")
+    gate = read_json(server / "localhost.start1_nccl_gate.json")
     assert gate["passed"] is True and gate["nnodes"] == 1
     (read,) = gate["logs"]
-    assert read["exists"] is True and read["path"] == str(server / "localhost.log")
+    assert read["exists"] is True and read["path"] == str(server / "localhost.start1.log")
     assert read["engine_errors"] == []
 
     # Every case: the vLLM client backend (OpenAI completions), a validated result, /metrics with
@@ -192,7 +201,7 @@ def test_an_engine_that_refuses_its_flags_fails_the_start_with_its_own_message(r
     (reason,) = manifest["abort_reasons"]
     assert reason.startswith("server did not become healthy on localhost: the server exited before"), reason
     assert "unrecognized arguments: --max-num-seq 8" in reason, reason
-    assert "unrecognized arguments: --max-num-seq 8" in (run_dir / "server/localhost.log").read_text()
+    assert "unrecognized arguments: --max-num-seq 8" in (run_dir / "server/localhost.start1.log").read_text()
     assert not (run_dir / "cases").exists(), "a case ran against a dead server"
     _assert_server_stopped(run_env["results"], run_env["port"])
 

@@ -132,3 +132,17 @@ def test_a_value_that_would_reach_the_shell_is_refused_before_anything_runs(
     assert proc.returncode != 0
     assert 'calibrate_image="img:1\\ntouch /tmp/pwned" (rule: an image reference' in proc.stdout
     assert not (results / "calbad" / "calibration").exists()
+
+
+def test_a_secret_in_the_calibration_environment_is_refused_before_anything_is_saved(
+    tmp_path: Path, pyz: Path
+) -> None:
+    results = tmp_path / "results"
+    proc = playbook(
+        results, pyz, "--tags", "calibrate", "-e", "run_id=calsecret",
+        extra={"calibrate_env": {"HF_TOKEN": "hf-canary-value", "OMP_NUM_THREADS": "1"}},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert 'calibrate_env keys ["HF_TOKEN"] name secrets (rule:' in proc.stdout
+    assert not (results / "calsecret" / "calibration").exists()
+    assert "hf-canary-value" not in proc.stdout + proc.stderr

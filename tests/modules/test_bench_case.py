@@ -75,7 +75,7 @@ def test_timeout_kills_the_whole_process_group(run, tmp_path: Path) -> None:
     status, res = run("bench_case", base_args(tmp_path, script, timeout_s=1, kill_after_s=1))
     assert time.monotonic() - t0 < 20
     assert status == "fail" and res["timed_out"] and res["rc"] is None
-    assert "ran past its timeout (1 s)" in res["msg"]
+    assert "ran past the safety limit of 1 s" in res["msg"] and res["limit"] == "safety_limit"
     child = int((tmp_path / "child.pid").read_text())
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -91,6 +91,35 @@ def test_timeout_kills_the_whole_process_group(run, tmp_path: Path) -> None:
 def test_timeout_exit_code_of_the_script_counts_as_timed_out(run, tmp_path: Path) -> None:
     status, res = run("bench_case", base_args(tmp_path, writer_script(None, rc=124)))
     assert status == "fail" and res["timed_out"] and res["reason"] == "missing"
+
+
+def test_the_case_timeout_is_named_and_what_the_client_wrote_is_kept(run, tmp_path: Path) -> None:
+    """`timeout` ends the client at the case's own limit (4 s here); the client writes the records it
+    has on SIGTERM. The failure names that limit, not the safety limit above it, and the partial result
+    stays, judged (3 of 64 completed)."""
+    partial = loadgen_result(3, 128)
+    partial["complete"] = False
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    (tmp_path / "client.sh").write_text("trap 'cp partial.json bench.json; exit 143' TERM\nsleep 30 & wait\n")
+    script = "timeout -k 2 1 bash client.sh\n"
+    status, res = run(
+        "bench_case", base_args(tmp_path, script, timeout_s=44, case_timeout_s=4, kill_after_s=2)
+    )
+    assert status == "fail" and res["timed_out"] and res["limit"] == "case_timeout"
+    assert "ran past its case timeout of 4 s" in res["msg"]
+    assert "44 s" not in res["msg"]
+    assert json.loads((tmp_path / "bench.json").read_text())["completed"] == 3
+    assert res["completed"] == 3 and "completed 3" in res["msg"]
+
+
+def test_a_secret_in_the_case_command_is_saved_masked_and_still_runs(run, tmp_path: Path) -> None:
+    canary = "CANARY-bench-5151"
+    script = f"echo --api-key {canary} > seen.txt\n" + writer_script(loadgen_result(64, 128))
+    status, res = run("bench_case", base_args(tmp_path, script))
+    assert status == "exit", res["msg"]
+    assert canary not in (tmp_path / "bench_cmd.txt").read_text()
+    assert "--api-key ***" in (tmp_path / "bench_cmd.txt").read_text()
+    assert (tmp_path / "seen.txt").read_text().strip() == f"--api-key {canary}", "the real text did not run"
 
 
 class _Health(BaseHTTPRequestHandler):

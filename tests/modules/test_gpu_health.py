@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -175,9 +176,10 @@ def test_bad_settings_are_refused(tol, margin, device, needle):
         judge_fleet(fleet(), tol, margin, device)
 
 
-def test_bad_gpu_id_is_refused():
-    with pytest.raises(GateInputError, match="gpu='0; rm'"):
-        judge_fleet([record("head", "0; rm", profile())], 0.1, 0.35)
+@pytest.mark.parametrize("gpu", ["0; rm", "0\n", "cpu\n"])
+def test_bad_gpu_id_is_refused(gpu):
+    with pytest.raises(GateInputError, match=re.escape(f"gpu={gpu!r}")):
+        judge_fleet([record("head", gpu, profile())], 0.1, 0.35)
 
 
 # ------------------------------------------------------------------------------- the module itself

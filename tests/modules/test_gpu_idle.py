@@ -78,6 +78,25 @@ def test_nvidia_smi_error_rc_fails_with_rc_and_stderr(run, fake_path):
     assert res["gpus_idle"] is None
 
 
+def test_the_csv_header_line_is_tolerated(run, fake_path):
+    """A capture without `noheader` (or a site wrapper) prints nvidia-smi's CSV header first."""
+    fake_nvidia_smi(fake_path, stdout="pid, process_name, used_gpu_memory [MiB]\n")
+    kind, res = run("gpu_idle", {})
+    assert kind == "exit", res["msg"]
+    assert res["gpus_idle"] is True and res["processes"] == []
+    fake_nvidia_smi(fake_path, stdout="pid, process_name, used_gpu_memory [MiB]\n4242, python3, 1024 MiB\n")
+    kind, res = run("gpu_idle", {})
+    assert kind == "fail" and res["processes"][0]["pid"] == 4242
+    # Only as the first line, and only that header: anything else unparsable is still refused.
+    for text in (
+        "4242, python3, 1024 MiB\npid, process_name, used_gpu_memory [MiB]\n",
+        "pid, name, memory\n",
+    ):
+        fake_nvidia_smi(fake_path, stdout=text)
+        kind, res = run("gpu_idle", {})
+        assert kind == "fail" and res["checked"] is True and "unexpected nvidia-smi line" in res["msg"], text
+
+
 def test_unreadable_output_is_not_mistaken_for_idle(run, fake_path):
     fake_nvidia_smi(fake_path, stdout="Field 'process_name' is not a valid field to query.\n")
     kind, res = run("gpu_idle", {})

@@ -135,6 +135,24 @@ def test_dead_pid_file_is_a_leftover_not_a_server(run, tmp_path):
     assert res["stale"] is False and f"names pid {gone.pid}, which is not running" in res["leftovers"][0]
 
 
+def test_start_record_names_its_run_while_the_process_is_the_one_started(run, stale_server, tmp_path):
+    """A record (server_process) counts only while PID, start time and command line all match."""
+    import json
+
+    from module_utils.proc_identity import cmdline, start_ticks
+
+    proc, _port, _pid_file = stale_server
+    rec = {"run_id": "run-7", "runtime": "process", "pid": proc.pid, "start_ticks": start_ticks(proc.pid),
+           "cmdline": cmdline(proc.pid), "started_at": "2026-01-01T00:00:00Z"}  # fmt: skip
+    record = tmp_path / "node.json"
+    record.write_text(json.dumps(rec))
+    kind, res = run("server_stale", {"record": str(record)})
+    assert kind == "fail" and "the server of run run-7" in res["msg"] and str(proc.pid) in res["msg"]
+    record.write_text(json.dumps(dict(rec, start_ticks=rec["start_ticks"] - 5)))  # the PID was reused
+    kind, res = run("server_stale", {"record": str(record)})
+    assert kind == "exit" and res["stale"] is False and "PID was reused" in res["leftovers"][0]
+
+
 def fake_docker(bin_dir: Path, stdout: str, rc: int = 0) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "docker"

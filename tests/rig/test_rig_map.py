@@ -145,9 +145,14 @@ def assert_evidence_home(rig: Rig, run_id: str) -> None:
     """Each host's tarball came home with its server command, final log and docker inspect."""
     for host in rig.hosts:
         server = run_dir(rig, run_id) / "nodes" / host.name / "server"
-        for name in (f"{host.name}_server_cmd.txt", f"{host.name}.log", f"{host.name}.inspect.json"):
+        names = (
+            f"{host.name}.start1_server_cmd.txt",
+            f"{host.name}.start1.log",
+            f"{host.name}.start1.inspect.json",
+        )
+        for name in names:
             assert (server / name).is_file(), f"missing evidence {server / name}"
-        inspect = json.loads((server / f"{host.name}.inspect.json").read_text())
+        inspect = json.loads((server / f"{host.name}.start1.inspect.json").read_text())
         assert inspect and inspect[0]["Config"]["Image"], inspect
 
 
@@ -189,7 +194,7 @@ def test_full_map_completes_on_two_hosts(full_map: tuple, rig: Rig) -> None:
     assert_evidence_home(rig, run_id)
     for host in rig.hosts:
         gate = read_json(
-            run_dir(rig, run_id) / "nodes" / host.name / "server" / f"{host.name}_nccl_gate.json"
+            run_dir(rig, run_id) / "nodes" / host.name / "server" / f"{host.name}.start1_nccl_gate.json"
         )
         assert gate["passed"] is True, gate.get("msg")
         assert gate["logs"][0]["transport"] == "ib", gate["logs"][0]
@@ -248,21 +253,24 @@ def test_docker_argv_carries_rdma_devices_and_nccl_env(full_map: tuple, rig: Rig
         for key, value in NCCL_ENV.items():
             assert state["env"][key] == value
         assert state["env"]["ENGINESIM_IB_DIR"] == str(host.ib_dir)
-        saved = run_dir(rig, full_map[0]) / "nodes" / host.name / "server" / f"{host.name}_server_cmd.txt"
+        saved = (
+            run_dir(rig, full_map[0]) / "nodes" / host.name / "server" / f"{host.name}.start1_server_cmd.txt"
+        )
         assert "docker run" in saved.read_text()
 
 
 def test_servers_left_by_earlier_runs_are_refused_in_preflight(
     full_map: tuple, ansible: AnsibleRunner, rig: Rig
 ) -> None:
-    """Two leftovers of earlier runs, one per host: on the worker its saved rank command re-run (a live
-    stale server), on the head an engine that died (DeepSeek-V3 on one GPU runs out of memory) and left an
-    exited container. The next map stops in preflight on both, before anything starts anywhere; the
-    documented way out (--tags stop for that run) clears them."""
+    """Two leftovers, one per host: on the worker its saved rank command re-run by hand (a live stale
+    server), on the head an engine that died (DeepSeek-V3 on one GPU runs out of memory) and left an
+    exited container. The next map stops in preflight on both, before anything starts anywhere. Neither
+    container is the one run rig-full recorded, so its --tags stop names them and leaves them alone
+    (ownership); removing them by hand clears the way."""
     run_id, proc, _ = full_map
     assert proc.returncode == 0, tail(proc)
     head, worker = rig.host("head"), rig.host("worker")
-    saved = worker.work_dir / run_id / "server" / f"{worker.name}_server_cmd.txt"
+    saved = worker.work_dir / run_id / "server" / f"{worker.name}.start1_server_cmd.txt"
     left = ansible.adhoc(worker.name, "ansible.builtin.command", f"bash {saved}")
     assert left.returncode == 0, left.stdout + left.stderr
     dead = "docker run -d --name quickmap-sglang img python3 -m sglang.launch_server"
@@ -286,7 +294,10 @@ def test_servers_left_by_earlier_runs_are_refused_in_preflight(
         assert not (run_dir(rig, "rig-stale") / "cases").exists()
     finally:
         stop = ansible.playbook("quick_map.yml", "--tags", "stop", "-e", f"run_id={run_id}")
-        assert stop.returncode == 0, tail(stop)
+        for host in (head, worker):
+            ansible.adhoc(host.name, "ansible.builtin.command", "docker rm -f quickmap-sglang")
+    assert stop.returncode == 0, tail(stop)
+    assert "left alone" in stop.stdout, tail(stop)
     assert head.containers(include_removed=False) == [] and worker.containers(include_removed=False) == []
     assert_servers_stopped(rig)
 
@@ -327,7 +338,7 @@ def test_missing_hca_on_worker_fails_the_gate_closed(ansible: AnsibleRunner, rig
     assert len(docker_runs(worker, started)) == 1 and len(docker_runs(rig.host("head"), started)) == 1
     assert_servers_stopped(rig)
     assert_evidence_home(rig, "rig-nohca")
-    gate = read_json(rdir / "nodes" / worker.name / "server" / f"{worker.name}_nccl_gate.json")
+    gate = read_json(rdir / "nodes" / worker.name / "server" / f"{worker.name}.start1_nccl_gate.json")
     assert gate["passed"] is False, gate
     # The evidence: the verdict keeps the NCCL lines it read and says what was wrong with them.
     evidence = gate["logs"][0]
@@ -337,7 +348,7 @@ def test_missing_hca_on_worker_fails_the_gate_closed(ansible: AnsibleRunner, rig
     assert any("fewer than min_hcas=2" in p for p in evidence["problems"]), evidence["problems"]
     assert any("NET/IB" in line for line in evidence["lines"]), evidence["lines"]
     head = rig.host("head").name
-    head_gate = read_json(rdir / "nodes" / head / "server" / f"{head}_nccl_gate.json")
+    head_gate = read_json(rdir / "nodes" / head / "server" / f"{head}.start1_nccl_gate.json")
     assert head_gate["passed"] is True  # the head still has both rails: the worker's log failed the gate
     assert read_json(rdir / "manifest.json")["status"] in ("failed", "partial"), (
         "run status must say it failed"
@@ -384,7 +395,7 @@ def test_worker_killed_mid_case_then_resume(ansible: AnsibleRunner, rig: Rig) ->
     assert_servers_stopped(rig)
     # The head saw the worker's rendezvous connection (across the namespaces) drop, and its final log
     # came home with the evidence.
-    head_log = run_dir(rig, run_id) / "nodes" / head.name / "server" / f"{head.name}.log"
+    head_log = run_dir(rig, run_id) / "nodes" / head.name / "server" / f"{head.name}.start1.log"
     assert f"Connection closed by remote peer {worker.address}" in head_log.read_text()
 
     # Resume: same run id, the finished case untouched, the killed case redone and completed.
