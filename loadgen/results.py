@@ -83,6 +83,7 @@ def request_record(rec: tuple, t0_ns: int, details: bool) -> dict:
         cached,
         _first_byte,
         enq,
+        spec,
     ) = rec
     # a request that found every slot busy waited from its due time to its slot (queue time);
     # one that found a free slot has no queue time, so all its lateness is schedule lag
@@ -107,6 +108,8 @@ def request_record(rec: tuple, t0_ns: int, details: bool) -> dict:
         "error": err,
         "http_status": status,
     }
+    if spec:
+        d["spec"] = spec
     if ok and evt and out_toks > 1:
         d["tpot_ms"] = (d["e2e_ms"] - d["ttft_ms"]) / (out_toks - 1)
     if details:

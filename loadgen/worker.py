@@ -73,6 +73,7 @@ def record_of(req: Req) -> tuple:
         req.cached_tokens,
         req.first_byte_ns,
         req.enq_ns,
+        req.spec,
     )
 
 

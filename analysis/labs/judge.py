@@ -1,0 +1,182 @@
+"""Judge one lab directory: figures, evidence, verdict and pitfalls into lab.json, then the report.
+
+Why one step after every variant stopped: the server logs are complete only then (docker logs are
+saved at stop), and the verdict must see every variant at once. The verdict is the pure function in
+verdicts.py; this module only gathers its inputs and words the caveats the run's own evidence shows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from analysis.atomic import write_json
+from analysis.evidence import events, startup
+from analysis.labs import figures, verdicts
+from analysis.labs.load import Variant, read_lab
+
+LAB_SCHEMA = "quickmap.labs.lab/1"
+
+
+def _status(variants: dict[str, Variant]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, v in variants.items():
+        failed = (v.failed or {}).get("reason") if v.failed else None
+        runs_failed = [f"{r.name} {r.status}: {r.reason or 'no result'}" for r in v.runs.values() if not r.ok]
+        out[name] = {"failed": failed, "runs_failed": runs_failed, "realtime": v.realtime,
+                     "realtime_reason": v.realtime_reason}
+    return out
+
+
+def _pitfalls(lab: str, engine: str, variants: dict[str, Variant], fig: dict[str, Any]) -> list[str]:
+    """Caveats read from this run's evidence (each names what showed it)."""
+    out = []
+    for name, v in variants.items():
+        if v.emulated:
+            out.append(
+                f"{name}: emulated by enginesim (hardware profile {v.emulator.get('hardware', '?')}, time scale "
+                f"{v.time_scale:g}; figures de-scaled to the emulated hardware). Realtime verdict "
+                f"{v.realtime}: {v.realtime_reason}. The lab shows that the mechanism and its evidence path work, "
+                "not what a GPU does."
+            )
+        elif v.realtime is None and not v.failed:
+            pass
+        unchecked = [g.get("host", "?") for g in v.gpu_idle if g.get("checked") is False]
+        busy = [g.get("host", "?") for g in v.gpu_idle if g.get("gpus_idle") is False]
+        if busy:
+            out.append(f"{name}: GPU compute processes were listed before it started on {busy}")
+        if unchecked:
+            out.append(f"{name}: GPU idleness before start not proven on {unchecked} (no nvidia-smi there)")
+        if not v.gpu_idle and not v.failed:
+            out.append(f"{name}: no GPU idleness record")
+        unreliable = [r.name for r in v.runs.values() if r.result and r.result.get("reliable") is False]
+        if unreliable:
+            out.append(f"{name}: loadgen marked runs {unreliable} unreliable (its own timing lagged)")
+        for r in v.runs.values():
+            if not r.ok:
+                out.append(f"{name}/{r.name}: {r.status}: {r.reason or 'no result file'}")
+        if v.failed:
+            out.append(f"{name}: did not run: {v.failed.get('reason')}")
+    if lab == "chunk_interference":
+        for name, r in fig["variants"].items():
+            if r.get("median_gap_before_ms") == 0:
+                out.append(f"{name}: the median client-visible gap before the injection is 0 ms (events arrived "
+                           "coalesced); the stall ratio uses the mean gap instead")
+    if lab == "kv_pressure":
+        for name, v in fig["variants"].items():
+            for rn, r in v["runs"].items():
+                if r["samples"] < 3:
+                    out.append(f"{name}/{rn}: only {r['samples']} metrics samples during the run")
+            if engine == "sglang":
+                out.append(f"{name}: SGLang updates its gauges at log points (each prefill batch, every "
+                           "--decode-log-interval decode steps), so sampled usage can miss the peak")
+    if lab == "ngram_spec":
+        out.append("accept length counts the bonus token (the token every verify step yields anyway): 1.0 means "
+                   "no draft accepted")
+    if lab == "fp8_kv":
+        for name, v in fig["variants"].items():
+            for note in v.get("fp8_platform_notes", []):
+                out.append(f"{name}: platform note from its log: {note!r}")
+    if lab == "prefix_cache":
+        for name, v in fig["variants"].items():
+            chat = v.get("chat") or {}
+            if (chat.get("warm_cached_tokens") or 0) > 0:
+                out.append(f"{name}: the chat warm-up request already hit the cache ({chat['warm_cached_tokens']} "
+                           "tokens) after its flush")
+    return out
+
+
+def _setup(plan: dict[str, Any], variants: dict[str, Variant]) -> dict[str, Any]:
+    base = None
+    rows = []
+    for spec in plan["variants"]:
+        v = variants[spec["name"]]
+        cap = startup.capacity(v.server_log, plan["engine"])
+        rows.append({
+            "name": v.name,
+            "flags": spec["variant_args"],
+            "engine_settings": spec.get("engine_vars", {}),
+            "server_cmd": f"{v.name}/server/",
+            "engine_version": v.version,
+            "emulated": v.emulated,
+            "time_scale": v.time_scale if v.emulated else None,
+            "realtime": v.realtime,
+            "realtime_reason": v.realtime_reason,
+            "kv_capacity_tokens": cap.tokens if cap else None,
+            "gpu_idle_before_start": v.gpu_idle,
+            "gpus": v.gpus or None,
+        })
+        base = base or v
+    emulated = any(v.emulated for v in variants.values())
+    hw = None
+    if emulated:
+        e = next(v.emulator for v in variants.values() if v.emulator)
+        hw = f"emulated (enginesim, hardware profile {e.get('hardware', '?')})"
+    else:
+        hw = next((v.gpus for v in variants.values() if v.gpus), None) or "real (GPU names not recorded)"
+    return {
+        "model": plan["client"].get("model"),
+        "engine": plan["engine"],
+        "engine_version": next((v.version for v in variants.values() if v.version), None),
+        "hardware": hw,
+        "emulated": emulated,
+        "common_flags": plan.get("common_args", []),
+        "variants": rows,
+        "comparisons": [{k: c[k] for k in ("baseline", "treatment", "variable", "differs", "expect")}
+                        for c in plan["comparisons"]],
+        "workload": plan["workload"],
+        "client": {k: plan["client"].get(k) for k in ("backend", "base_url", "model", "tokenizer")},
+        "proxies": "bypassed: loadgen opens raw sockets (no proxy support at all); the lab's curl calls use --noproxy '*'",
+    }
+
+
+def judge(lab_dir: str | Path) -> dict[str, Any]:
+    """Write LAB_DIR/lab.json (and its plots) and return it."""
+    lab_dir = Path(lab_dir)
+    plan, variants = read_lab(lab_dir)
+    lab, engine = plan["lab"], plan["engine"]
+    th = verdicts.thresholds(plan.get("thresholds"))
+    fig = figures.compute(lab, engine, variants, th)
+    pre = verdicts.precheck(_status(variants))
+    result = pre or verdicts.judge(lab, fig, plan["comparisons"], plan["workload"], th)
+    if pre is not None:
+        # Figures that could still be computed are reported, but the verdict stays inconclusive.
+        try:
+            result.observations = verdicts.judge(lab, fig, plan["comparisons"], plan["workload"], th).observations
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            result.observations = []
+    emulated = any(v.emulated for v in variants.values())
+    tag = "emulated: " if emulated else ""
+    evidence = {
+        name: {
+            "capacity": (c.as_dict() if (c := startup.capacity(v.server_log, engine)) else None),
+            "log_events": events.scan(v.server_log).as_dict(),
+            "emulator": v.emulator,
+            "realtime": v.realtime,
+            "runs": {r.name: {"status": r.status, "reason": r.reason,
+                              "flush": figures.flush_proof(r), "reliable": (r.result or {}).get("reliable")}
+                     for r in v.runs.values()},
+        }
+        for name, v in variants.items()
+    }
+    doc = {
+        "schema": LAB_SCHEMA,
+        "lab": lab,
+        "engine": engine,
+        "goal": plan["goal"],
+        "verdict": result.verdict,
+        "reason": tag + result.reason,
+        "emulated": emulated,
+        "observations": [(o + " (emulated)") if emulated else o for o in result.observations],
+        "comparisons": result.comparisons,
+        "setup": _setup(plan, variants),
+        "figures": fig,
+        "evidence": evidence,
+        "pitfalls": _pitfalls(lab, engine, variants, fig),
+        "thresholds": th,
+    }
+    from analysis.labs import plots  # matplotlib loads only here
+
+    doc["plots"] = plots.draw(lab_dir, doc)
+    write_json(lab_dir / "lab.json", doc)
+    return doc

@@ -1,0 +1,84 @@
+"""labs/report.md: one section per lab in the template Goal · Setup · Observation · Conclusion · Pitfalls.
+
+Why generated from lab.json only: every sentence of a section is filled from the lab's data (the
+goal is the lab's question, not a result); nothing is pre-written as a finding. A lab whose verdict
+is inconclusive says why in its conclusion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from analysis.atomic import write_text
+from analysis.labs.definitions import LABS
+
+
+def _flags(words: list[str]) -> str:
+    return "`" + " ".join(words) + "`" if words else "(none)"
+
+
+def _workload(wl: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in wl.items() if not isinstance(v, dict | list) or k == "concurrencies"
+                     or k == "isls") or "start-up only (no requests)"
+
+
+def section(doc: dict[str, Any]) -> str:
+    s = doc["setup"]
+    lines = [f"## {doc['lab']} ({doc['engine']}) — {doc['verdict']}", ""]
+    lines += [f"**Goal.** {doc['goal']}", ""]
+    hw = s["hardware"]
+    lines.append(
+        f"**Setup.** Model `{s['model']}`, engine {s['engine']} {s.get('engine_version') or '(version not reported)'}, "
+        f"hardware: {hw}. Flags common to every variant: {_flags(s['common_flags'])}."
+    )
+    for v in s["variants"]:
+        extra = f", engine settings {v['engine_settings']}" if v["engine_settings"] else ""
+        ts = f", time scale {v['time_scale']:g}, realtime verdict {v['realtime']}" if v.get("emulated") else ""
+        cap = f", KV capacity {v['kv_capacity_tokens']} tokens (start-up log)" if v.get("kv_capacity_tokens") else ""
+        lines.append(f"- variant `{v['name']}`: flags {_flags(v['flags'])}{extra}{cap}{ts}; server command in "
+                     f"`{v['server_cmd']}`")
+    for c in s["comparisons"]:
+        diff = "; ".join(f"{k}: {d['baseline']} -> {d['treatment']}" for k, d in (c.get("differs") or {}).items())
+        lines.append(f"- comparison `{c['baseline']}` -> `{c['treatment']}`: one variable ({c['variable']}; {diff}); "
+                     f"expected the treatment's figure {c['expect']}")
+    lines.append(f"- workload: {_workload(s['workload'])}; client loadgen ({s['client']['backend']}), "
+                 f"{s['proxies']}")
+    lines.append("")
+    lines.append("**Observation.**")
+    lines += [f"- {o}" for o in doc["observations"]] or ["- (no figures: see the conclusion)"]
+    lines.append("")
+    lines.append(f"**Conclusion.** {doc['verdict'].capitalize()}: {doc['reason']}. "
+                 f"This holds under exactly the setup above{' (emulated hardware)' if doc['emulated'] else ''}.")
+    lines.append("")
+    lines.append("**Pitfalls.**")
+    lines += [f"- {p}" for p in doc["pitfalls"]] or ["- none recorded by this run's evidence"]
+    if doc.get("plots"):
+        lines.append("")
+        lines += [f"![{doc['lab']} {Path(p).stem}]({doc['lab']}/{p})" for p in doc["plots"]]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def build(labs_dir: str | Path) -> Path:
+    """Rebuild LABS_DIR/report.md from every <lab>/lab.json present (lab order of the catalogue)."""
+    labs_dir = Path(labs_dir)
+    docs = []
+    for lab in LABS:
+        p = labs_dir / lab / "lab.json"
+        if p.is_file():
+            docs.append(orjson.loads(p.read_bytes()))
+    out = ["# quickmap labs", ""]
+    if docs:
+        out.append("| lab | engine | verdict |")
+        out.append("|---|---|---|")
+        out += [f"| {d['lab']} | {d['engine']}{' (emulated)' if d['emulated'] else ''} | {d['verdict']} |" for d in docs]
+        out.append("")
+    else:
+        out.append("No lab has been judged in this run yet.")
+    out += [section(d) for d in docs]
+    path = labs_dir / "report.md"
+    write_text(path, "\n".join(out) + "\n")
+    return path
