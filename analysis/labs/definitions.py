@@ -30,8 +30,8 @@ GOALS = {
     "TTFT) with prefix caching on, and not with it off?",
     "chunk_interference": "How long does a long prompt arriving mid-stream stall a running decode stream, "
     "and does a smaller prefill chunk (or mixing chunks with decode) bound that stall?",
-    "token_budget": "Does a smaller per-step token budget shorten the stall a long prompt imposes on short "
-    "requests decoding beside it, and what does it cost the long request?",
+    "token_budget": "Does a smaller per-step token budget stop short requests sent with a long prompt from "
+    "waiting behind its whole prefill, and what does it cost their decoding and the long request?",
     "kv_pressure": "When the KV cache is full, does the engine preempt (vLLM) or retract (SGLang) running "
     "requests, and what does the queue look like meanwhile?",
     "fp8_kv": "How many more KV tokens does an FP8 KV cache fit in the same memory, as each server "

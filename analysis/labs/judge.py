@@ -7,6 +7,7 @@ verdicts.py; this module only gathers its inputs and words the caveats the run's
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,13 @@ def _status(variants: dict[str, Variant]) -> dict[str, dict[str, Any]]:
     out = {}
     for name, v in variants.items():
         failed = (v.failed or {}).get("reason") if v.failed else None
-        runs_failed = [f"{r.name} {r.status}: {r.reason or 'no result'}" for r in v.runs.values() if not r.ok]
+        if failed is None and isinstance(v.alive, dict) and v.alive.get("running") is False:
+            failed = (f"its server ({v.alive}) was not running when the evidence was taken: whatever answered "
+                      "on the port was not this variant's server")
+        if failed is None and v.runs and not v.server_cmd:
+            failed = "no saved server command: the variant never started"
+        runs_failed = [] if failed else [f"{r.name} {r.status}: {r.reason or 'no result'}"
+                                         for r in v.runs.values() if not r.ok]
         out[name] = {"failed": failed, "runs_failed": runs_failed, "realtime": v.realtime,
                      "realtime_reason": v.realtime_reason}
     return out
@@ -174,6 +181,7 @@ def judge(lab_dir: str | Path) -> dict[str, Any]:
         "evidence": evidence,
         "pitfalls": _pitfalls(lab, engine, variants, fig),
         "thresholds": th,
+        "wall_s": round(time.time() - plan["planned_at_epoch_s"], 1) if plan.get("planned_at_epoch_s") else None,
     }
     from analysis.labs import plots  # matplotlib loads only here
 

@@ -52,6 +52,7 @@ class Variant:
     gpu_idle: list[dict[str, Any]]
     gpus: str
     failed: dict[str, Any] | None
+    alive: dict[str, Any] | None = None
     emulator: dict[str, Any] | None = None
     realtime: str | None = None
     realtime_reason: str = ""
@@ -137,6 +138,7 @@ def read_variant(lab_dir: Path, spec: dict[str, Any]) -> Variant:
         gpu_idle=gpu if isinstance(gpu, list) else [],
         gpus=_text(vdir / "gpus.txt").strip(),
         failed=_json(vdir / "failed.json"),
+        alive=_json(vdir / "server_alive.json"),
     )
     if v.version is None and v.server_info:
         v.version = v.server_info.get("version")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +306,9 @@ def _plan_kv(r: _Runs, w: dict[str, Any], where: str) -> None:
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
             raise _fail(f"{ws}.range_ratio", f"got {ratio!r}, expected a number in (0, 1]")
         wl = {k: s[k] for k in ("isl", "osl", "concurrency", "num_prompts")} | {"warmup": 0, "range_ratio": ratio}
-        r.add(s["name"], wl, _random(s["isl"], s["osl"], ratio), sample=True)
+        # loadgen draws input and output lengths from [int(L * ratio), L] (SGLang's semantics)
+        r.add(s["name"], wl, _random(s["isl"], s["osl"], ratio), sample=True,
+              expect_output_len=max(int(s["osl"] * ratio), 1))
 
 
 def _plan_ngram(r: _Runs, w: dict[str, Any], where: str) -> None:
@@ -381,8 +384,9 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def write(plan: dict[str, Any], lab_dir: str | Path) -> None:
-    """plan.json and the datasets under LAB_DIR (atomic writes)."""
+    """plan.json (stamped with the time the lab started) and the datasets under LAB_DIR (atomic)."""
     lab_dir = Path(lab_dir)
+    plan["planned_at_epoch_s"] = round(time.time(), 3)
     lines = plan.pop("_dataset_lines", {})
     for name, rows in lines.items():
         write_bytes(lab_dir / "datasets" / f"{name}.jsonl", b"".join(orjson.dumps(r) + b"\n" for r in rows))

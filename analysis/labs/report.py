@@ -20,6 +20,13 @@ def _flags(words: list[str]) -> str:
     return "`" + " ".join(words) + "`" if words else "(none)"
 
 
+def _words(value: list[str] | None) -> str:
+    """A flag's words in a comparison: absent, present (a switch) or its value."""
+    if value is None:
+        return "absent"
+    return " ".join(value) if value else "present"
+
+
 def _workload(wl: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in wl.items() if not isinstance(v, dict | list) or k == "concurrencies"
                      or k == "isls") or "start-up only (no requests)"
@@ -27,7 +34,8 @@ def _workload(wl: dict[str, Any]) -> str:
 
 def section(doc: dict[str, Any]) -> str:
     s = doc["setup"]
-    lines = [f"## {doc['lab']} ({doc['engine']}) — {doc['verdict']}", ""]
+    took = f" ({doc['wall_s']:.0f} s wall)" if doc.get("wall_s") else ""
+    lines = [f"## {doc['lab']} ({doc['engine']}) — {doc['verdict']}{took}", ""]
     lines += [f"**Goal.** {doc['goal']}", ""]
     hw = s["hardware"]
     lines.append(
@@ -41,7 +49,8 @@ def section(doc: dict[str, Any]) -> str:
         lines.append(f"- variant `{v['name']}`: flags {_flags(v['flags'])}{extra}{cap}{ts}; server command in "
                      f"`{v['server_cmd']}`")
     for c in s["comparisons"]:
-        diff = "; ".join(f"{k}: {d['baseline']} -> {d['treatment']}" for k, d in (c.get("differs") or {}).items())
+        diff = "; ".join(f"{k}: {_words(d['baseline'])} -> {_words(d['treatment'])}"
+                         for k, d in (c.get("differs") or {}).items())
         lines.append(f"- comparison `{c['baseline']}` -> `{c['treatment']}`: one variable ({c['variable']}; {diff}); "
                      f"expected the treatment's figure {c['expect']}")
     lines.append(f"- workload: {_workload(s['workload'])}; client loadgen ({s['client']['backend']}), "
