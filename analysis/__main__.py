@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summarize", help="summary.csv/jsonl, aggregate.csv, report.md, plots/")
     s.add_argument("run_dir")
 
-    s = sub.add_parser("labs", help="the labs: plan | inject-rate | judge | report (see analysis/labs)", add_help=False)
+    s = sub.add_parser(
+        "labs", help="the labs: plan | inject-rate | judge | report (see analysis/labs)", add_help=False
+    )
     s.add_argument("labs_args", nargs=argparse.REMAINDER)
     return p
 

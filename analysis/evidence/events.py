@@ -16,7 +16,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # SGLang: newer "KV cache pool is full. Retract requests. #retracted_reqs: N ..." and the older
 # "Decode out of memory happened. #retracted_reqs: N" / "decode out of memory happened, #retracted_reqs: N".
 _SGL_RETRACT = re.compile(
-    r"(?:KV cache pool is full\. Retract requests\.|[Dd]ecode out of memory happened[.,]) #retracted_reqs: (?P<n>\d+)"
+    r"(?:KV cache pool is full\. Retract requests\.|[Dd]ecode out of memory happened[.,]) #retracted_reqs: "
+    r"(?P<n>\d+)"
 )
 # vLLM V0: "Sequence group X is preempted by|in PreemptionMode.RECOMPUTE mode ..."
 _VLLM_V0_PREEMPT = re.compile(r"is preempted (?:by|in) PreemptionMode\.(?P<mode>\w+)")

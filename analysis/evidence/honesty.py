@@ -21,7 +21,9 @@ from typing import Any
 SATURATED_P50_MS = 5.0
 DEGRADED_MAX_MS = 50.0
 DEGRADED_P99_MS = 20.0
-_SHUTDOWN = re.compile(r"enginesim: sched_lag_ms p50=(?P<p50>-?[\d.]+) p99=(?P<p99>-?[\d.]+) max=(?P<max>-?[\d.]+)")
+_SHUTDOWN = re.compile(
+    r"enginesim: sched_lag_ms p50=(?P<p50>-?[\d.]+) p99=(?P<p99>-?[\d.]+) max=(?P<max>-?[\d.]+)"
+)
 
 
 def emulator_evidence(server_info: dict[str, Any] | None, log_text: str | None) -> dict[str, Any] | None:
@@ -32,11 +34,13 @@ def emulator_evidence(server_info: dict[str, Any] | None, log_text: str | None) 
     if isinstance(server_info, dict) and isinstance(server_info.get("enginesim"), dict):
         return dict(server_info["enginesim"])
     if log_text:
-        m = None
-        for m in _SHUTDOWN.finditer(log_text):
-            pass
-        if m is not None:
-            return {"sched_lag_ms": {k: float(m.group(k)) for k in ("p50", "p99", "max")}, "from": "shutdown line"}
+        found = list(_SHUTDOWN.finditer(log_text))
+        if found:
+            m = found[-1]  # the last server life in this log
+            return {
+                "sched_lag_ms": {k: float(m.group(k)) for k in ("p50", "p99", "max")},
+                "from": "shutdown line",
+            }
     return None
 
 

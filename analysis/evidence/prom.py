@@ -43,7 +43,7 @@ class Scrape:
     def peak(self, *names: str) -> float | None:
         """Largest value over label sets of the first name present (None when none is)."""
         for name in names:
-            if name in self.values and self.values[name]:
+            if self.values.get(name):
                 return float(max(v for _, v in self.values[name]))
         return None
 

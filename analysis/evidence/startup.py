@@ -74,7 +74,9 @@ def sglang_capacity(text: str) -> Capacity | None:
     for ln in lines:
         m = _SGL_MAX.search(ln)
         if m:
-            return Capacity("sglang", int(m.group("tokens")), ln.strip(), "max_total_num_tokens", kv_dtype=dtype)
+            return Capacity(
+                "sglang", int(m.group("tokens")), ln.strip(), "max_total_num_tokens", kv_dtype=dtype
+            )
     return None
 
 

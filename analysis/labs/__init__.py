@@ -3,7 +3,7 @@
 | module | job |
 |---|---|
 | `definitions` | the labs' names and the question each one asks |
-| `plan` | validate a lab's variants/workload (one variable per comparison), expand the loadgen runs, write plan.json + datasets |
+| `plan` | validate variants and workload (one variable per comparison), expand the runs, write plan.json |
 | `load` | read a lab directory (plan, server logs, scrapes, results) into objects; the judge's only I/O |
 | `figures` | each lab's figures in emulated units (statistic and unit in every key) |
 | `verdicts` | each lab's verdict as a pure function of its figures |

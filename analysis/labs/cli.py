@@ -47,8 +47,12 @@ def inject_rate(probe: str | Path, after_events: int) -> float:
     reqs = requests.ok_requests(result)
     times = (reqs[0].get("event_times_s") or []) if reqs else []
     if after_events < 1 or len(times) <= after_events:
-        raise InputError(probe, "requests[0].event_times_s",
-                         f"{len(times)} events, expected more than --after-events={after_events} (run with --output-details)")
+        raise InputError(
+            probe,
+            "requests[0].event_times_s",
+            f"{len(times)} events, expected more than --after-events={after_events} (run with "
+            "--output-details)",
+        )
     t_n, t_next = times[after_events - 1], times[after_events]
     delay = t_n + 0.5 * (t_next - t_n)
     if delay <= 0:

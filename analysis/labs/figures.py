@@ -9,6 +9,7 @@ figures mean the same at any scale; `time_scale` is recorded with them.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from typing import Any
@@ -126,8 +127,10 @@ def prefill(variants: dict[str, Variant]) -> dict[str, Any]:
 
 def _hit_query_names(engine: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if engine == "vllm":
-        return (("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-                ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"))
+        return (
+            ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+            ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        )
     return (("sglang:cached_tokens_total",), ("sglang:prompt_tokens_total",))
 
 
@@ -183,9 +186,9 @@ def _chunk_rep(v: Variant, run: Run) -> dict[str, Any]:
     inj_end = inj_send + (inj["e2e_ms"] or 0.0) / 1000.0
     before = [t for t in times if t <= inj_send]
     k = len(before)
-    gaps_before = [(b - a) * 1000.0 * s for a, b in zip(before, before[1:], strict=False)]
+    gaps_before = [(b - a) * 1000.0 * s for a, b in itertools.pairwise(before)]
     # a gap overlaps the injection when its interval [a, b] meets [send, end]
-    during = [(b - a) * 1000.0 * s for a, b in zip(times, times[1:], strict=False) if b >= inj_send and a <= inj_end]
+    during = [(b - a) * 1000.0 * s for a, b in itertools.pairwise(times) if b >= inj_send and a <= inj_end]
     after_end = [t for t in times if t > inj_end]
     rep = {
         "valid": True,
@@ -197,15 +200,22 @@ def _chunk_rep(v: Variant, run: Run) -> dict[str, Any]:
         "stream_events_after_injection": len(after_end),
         "timeline": {
             "t_ms": [_r((t - times[0]) * 1000.0 * s, 2) for t in times],
-            "injection_ms": [_r((inj_send - times[0]) * 1000.0 * s, 2), _r((inj_end - times[0]) * 1000.0 * s, 2)],
+            "injection_ms": [
+                _r((inj_send - times[0]) * 1000.0 * s, 2),
+                _r((inj_end - times[0]) * 1000.0 * s, 2),
+            ],
         }
         if times
         else None,
     }
     if k < 2:
-        rep.update(valid=False, why=f"{run.name}: the injection went out after {k} stream event(s), too early")
+        rep.update(
+            valid=False, why=f"{run.name}: the injection went out after {k} stream event(s), too early"
+        )
     elif not after_end:
-        rep.update(valid=False, why=f"{run.name}: the stream ended before the injection finished (no overlap end)")
+        rep.update(
+            valid=False, why=f"{run.name}: the stream ended before the injection finished (no overlap end)"
+        )
     elif not during:
         rep.update(valid=False, why=f"{run.name}: no stream gap overlaps the injection")
     return rep
@@ -229,7 +239,9 @@ def chunk(variants: dict[str, Variant]) -> dict[str, Any]:
             "injection_e2e_ms_median": _r(pct([r["injection_e2e_ms"] for r in valid], 50)),
             "events_before_injection": [r.get("events_before_injection") for r in reps.values()],
             "stall_ratio": _r(mx / basis if mx is not None and basis else None, 2),
-            "stall_ratio_basis": "median gap before" if med else "mean gap before (median was 0: events coalesced)",
+            "stall_ratio_basis": "median gap before"
+            if med
+            else "mean gap before (median was 0: events coalesced)",
         }
     return {"variants": out}
 
@@ -305,7 +317,9 @@ def kv(variants: dict[str, Variant], engine: str, full_threshold: float) -> dict
                 "n": len(reqs),
                 "expected": run.workload.get("num_prompts"),
                 "preemptions": run.delta(*names["preempt"]),
-                "server_queue_time_mean_ms": _r(qsum / qcount * 1000.0 * s if qsum is not None and qcount else None),
+                "server_queue_time_mean_ms": _r(
+                    qsum / qcount * 1000.0 * s if qsum is not None and qcount else None
+                ),
                 "client_queue_time_mean_ms": _r(
                     float(np.mean([r["queue_time_ms"] * s for r in reqs])) if reqs else None
                 ),
@@ -324,7 +338,9 @@ def kv(variants: dict[str, Variant], engine: str, full_threshold: float) -> dict
         proofs = []
         for rname, r in runs.items():
             if r["max_kv_usage"] is not None and r["max_kv_usage"] >= full_threshold:
-                proofs.append(f"{rname}: sampled KV usage reached {r['max_kv_usage']:.2f} (>= {full_threshold:g})")
+                proofs.append(
+                    f"{rname}: sampled KV usage reached {r['max_kv_usage']:.2f} (>= {full_threshold:g})"
+                )
         if log_ev.max_kv_usage is not None and log_ev.max_kv_usage >= full_threshold:
             proofs.append(f"server log: KV usage {log_ev.max_kv_usage:.2f} in {log_ev.kv_usage_line!r}")
         if log_ev.retraction_lines:
@@ -361,8 +377,11 @@ def _flag(args: list[str], name: str) -> str | None:
     return None
 
 
-_SPEC = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-         "vllm:spec_decode_num_accepted_tokens_total")
+_SPEC = (
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
 
 
 def ngram(variants: dict[str, Variant], engine: str) -> dict[str, Any]:
@@ -402,7 +421,9 @@ def _sum(values: list[float | None]) -> float | None:
     return float(sum(known)) if known and len(known) == len(values) else None
 
 
-def compute(lab: str, engine: str, variants: dict[str, Variant], thresholds: dict[str, Any]) -> dict[str, Any]:
+def compute(
+    lab: str, engine: str, variants: dict[str, Variant], thresholds: dict[str, Any]
+) -> dict[str, Any]:
     """The figures of ``lab`` (dispatch)."""
     if lab in ("eager_vs_graph", "decode_sweep"):
         return sweep(variants)

@@ -7,7 +7,6 @@ verdicts.py; this module only gathers its inputs and words the caveats the run's
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,15 @@ from analysis.labs import figures, verdicts
 from analysis.labs.load import Variant, read_lab
 
 LAB_SCHEMA = "quickmap.labs.lab/1"
+# Labs with a picture (analysis/labs/plots.py); the others' judgement never imports matplotlib.
+PLOTTED = (
+    "eager_vs_graph",
+    "decode_sweep",
+    "token_budget",
+    "chunk_interference",
+    "kv_pressure",
+    "prefill_sweep",
+)
 
 
 def _status(variants: dict[str, Variant]) -> dict[str, dict[str, Any]]:
@@ -24,14 +32,23 @@ def _status(variants: dict[str, Variant]) -> dict[str, dict[str, Any]]:
     for name, v in variants.items():
         failed = (v.failed or {}).get("reason") if v.failed else None
         if failed is None and isinstance(v.alive, dict) and v.alive.get("running") is False:
-            failed = (f"its server ({v.alive}) was not running when the evidence was taken: whatever answered "
-                      "on the port was not this variant's server")
+            failed = (
+                f"its server ({v.alive}) was not running when the evidence was taken: whatever answered "
+                "on the port was not this variant's server"
+            )
         if failed is None and v.runs and not v.server_cmd:
             failed = "no saved server command: the variant never started"
-        runs_failed = [] if failed else [f"{r.name} {r.status}: {r.reason or 'no result'}"
-                                         for r in v.runs.values() if not r.ok]
-        out[name] = {"failed": failed, "runs_failed": runs_failed, "realtime": v.realtime,
-                     "realtime_reason": v.realtime_reason}
+        runs_failed = (
+            []
+            if failed
+            else [f"{r.name} {r.status}: {r.reason or 'no result'}" for r in v.runs.values() if not r.ok]
+        )
+        out[name] = {
+            "failed": failed,
+            "runs_failed": runs_failed,
+            "realtime": v.realtime,
+            "realtime_reason": v.realtime_reason,
+        }
     return out
 
 
@@ -41,9 +58,11 @@ def _pitfalls(lab: str, engine: str, variants: dict[str, Variant], fig: dict[str
     for name, v in variants.items():
         if v.emulated:
             out.append(
-                f"{name}: emulated by enginesim (hardware profile {v.emulator.get('hardware', '?')}, time scale "
+                f"{name}: emulated by enginesim (hardware profile {v.emulator.get('hardware', '?')}, time "
+                "scale "
                 f"{v.time_scale:g}; figures de-scaled to the emulated hardware). Realtime verdict "
-                f"{v.realtime}: {v.realtime_reason}. The lab shows that the mechanism and its evidence path work, "
+                f"{v.realtime}: {v.realtime_reason}. The lab shows that the mechanism and its evidence "
+                "path work, "
                 "not what a GPU does."
             )
         elif v.realtime is None and not v.failed:
@@ -67,19 +86,25 @@ def _pitfalls(lab: str, engine: str, variants: dict[str, Variant], fig: dict[str
     if lab == "chunk_interference":
         for name, r in fig["variants"].items():
             if r.get("median_gap_before_ms") == 0:
-                out.append(f"{name}: the median client-visible gap before the injection is 0 ms (events arrived "
-                           "coalesced); the stall ratio uses the mean gap instead")
+                out.append(
+                    f"{name}: the median client-visible gap before the injection is 0 ms (events arrived "
+                    "coalesced); the stall ratio uses the mean gap instead"
+                )
     if lab == "kv_pressure":
         for name, v in fig["variants"].items():
             for rn, r in v["runs"].items():
                 if r["samples"] < 3:
                     out.append(f"{name}/{rn}: only {r['samples']} metrics samples during the run")
             if engine == "sglang":
-                out.append(f"{name}: SGLang updates its gauges at log points (each prefill batch, every "
-                           "--decode-log-interval decode steps), so sampled usage can miss the peak")
+                out.append(
+                    f"{name}: SGLang updates its gauges at log points (each prefill batch, every "
+                    "--decode-log-interval decode steps), so sampled usage can miss the peak"
+                )
     if lab == "ngram_spec":
-        out.append("accept length counts the bonus token (the token every verify step yields anyway): 1.0 means "
-                   "no draft accepted")
+        out.append(
+            "accept length counts the bonus token (the token every verify step yields anyway): 1.0 means "
+            "no draft accepted"
+        )
     if lab == "fp8_kv":
         for name, v in fig["variants"].items():
             for note in v.get("fp8_platform_notes", []):
@@ -88,8 +113,10 @@ def _pitfalls(lab: str, engine: str, variants: dict[str, Variant], fig: dict[str
         for name, v in fig["variants"].items():
             chat = v.get("chat") or {}
             if (chat.get("warm_cached_tokens") or 0) > 0:
-                out.append(f"{name}: the chat warm-up request already hit the cache ({chat['warm_cached_tokens']} "
-                           "tokens) after its flush")
+                out.append(
+                    f"{name}: the chat warm-up request already hit the cache ({chat['warm_cached_tokens']} "
+                    "tokens) after its flush"
+                )
     return out
 
 
@@ -99,20 +126,22 @@ def _setup(plan: dict[str, Any], variants: dict[str, Variant]) -> dict[str, Any]
     for spec in plan["variants"]:
         v = variants[spec["name"]]
         cap = startup.capacity(v.server_log, plan["engine"])
-        rows.append({
-            "name": v.name,
-            "flags": spec["variant_args"],
-            "engine_settings": spec.get("engine_vars", {}),
-            "server_cmd": f"{v.name}/server/",
-            "engine_version": v.version,
-            "emulated": v.emulated,
-            "time_scale": v.time_scale if v.emulated else None,
-            "realtime": v.realtime,
-            "realtime_reason": v.realtime_reason,
-            "kv_capacity_tokens": cap.tokens if cap else None,
-            "gpu_idle_before_start": v.gpu_idle,
-            "gpus": v.gpus or None,
-        })
+        rows.append(
+            {
+                "name": v.name,
+                "flags": spec["variant_args"],
+                "engine_settings": spec.get("engine_vars", {}),
+                "server_cmd": f"{v.name}/server/",
+                "engine_version": v.version,
+                "emulated": v.emulated,
+                "time_scale": v.time_scale if v.emulated else None,
+                "realtime": v.realtime,
+                "realtime_reason": v.realtime_reason,
+                "kv_capacity_tokens": cap.tokens if cap else None,
+                "gpu_idle_before_start": v.gpu_idle,
+                "gpus": v.gpus or None,
+            }
+        )
         base = base or v
     emulated = any(v.emulated for v in variants.values())
     hw = None
@@ -129,12 +158,34 @@ def _setup(plan: dict[str, Any], variants: dict[str, Variant]) -> dict[str, Any]
         "emulated": emulated,
         "common_flags": plan.get("common_args", []),
         "variants": rows,
-        "comparisons": [{k: c[k] for k in ("baseline", "treatment", "variable", "differs", "expect")}
-                        for c in plan["comparisons"]],
+        "comparisons": [
+            {k: c[k] for k in ("baseline", "treatment", "variable", "differs", "expect")}
+            for c in plan["comparisons"]
+        ],
         "workload": plan["workload"],
         "client": {k: plan["client"].get(k) for k in ("backend", "base_url", "model", "tokenizer")},
-        "proxies": "bypassed: loadgen opens raw sockets (no proxy support at all); the lab's curl calls use --noproxy '*'",
+        "proxies": (
+            "bypassed: loadgen opens raw sockets (no proxy support at all); "
+            "the lab's curl calls use --noproxy '*'"
+        ),
     }
+
+
+def _wall_s(lab_dir: Path, plan: dict[str, Any]) -> float | None:
+    """Seconds from the plan to the last file a variant wrote (its server log at stop): the lab's wall
+    time without this judgement, the same however often the lab is judged again."""
+    start = plan.get("planned_at_epoch_s")
+    if not start:
+        return None
+    last = max(
+        (
+            p.stat().st_mtime
+            for p in lab_dir.rglob("*")
+            if p.is_file() and p.name != "lab.json" and "plots" not in p.parts
+        ),
+        default=None,
+    )
+    return round(last - start, 1) if last else None
 
 
 def judge(lab_dir: str | Path) -> dict[str, Any]:
@@ -149,7 +200,9 @@ def judge(lab_dir: str | Path) -> dict[str, Any]:
     if pre is not None:
         # Figures that could still be computed are reported, but the verdict stays inconclusive.
         try:
-            result.observations = verdicts.judge(lab, fig, plan["comparisons"], plan["workload"], th).observations
+            result.observations = verdicts.judge(
+                lab, fig, plan["comparisons"], plan["workload"], th
+            ).observations
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
             result.observations = []
     emulated = any(v.emulated for v in variants.values())
@@ -160,9 +213,15 @@ def judge(lab_dir: str | Path) -> dict[str, Any]:
             "log_events": events.scan(v.server_log).as_dict(),
             "emulator": v.emulator,
             "realtime": v.realtime,
-            "runs": {r.name: {"status": r.status, "reason": r.reason,
-                              "flush": figures.flush_proof(r), "reliable": (r.result or {}).get("reliable")}
-                     for r in v.runs.values()},
+            "runs": {
+                r.name: {
+                    "status": r.status,
+                    "reason": r.reason,
+                    "flush": figures.flush_proof(r),
+                    "reliable": (r.result or {}).get("reliable"),
+                }
+                for r in v.runs.values()
+            },
         }
         for name, v in variants.items()
     }
@@ -181,10 +240,12 @@ def judge(lab_dir: str | Path) -> dict[str, Any]:
         "evidence": evidence,
         "pitfalls": _pitfalls(lab, engine, variants, fig),
         "thresholds": th,
-        "wall_s": round(time.time() - plan["planned_at_epoch_s"], 1) if plan.get("planned_at_epoch_s") else None,
+        "wall_s": _wall_s(lab_dir, plan),
     }
-    from analysis.labs import plots  # matplotlib loads only here
+    doc["plots"] = []
+    if lab in PLOTTED:
+        from analysis.labs import plots  # matplotlib loads only for a lab that draws
 
-    doc["plots"] = plots.draw(lab_dir, doc)
+        doc["plots"] = plots.draw(lab_dir, doc)
     write_json(lab_dir / "lab.json", doc)
     return doc

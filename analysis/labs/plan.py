@@ -27,8 +27,12 @@ from analysis.labs.definitions import GOALS, LABS
 PLAN_SCHEMA = "quickmap.labs.plan/1"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")
 # Engine settings a variant may set besides flags (rendered by roles/engine's templates).
-ENGINE_VARS = ("engine_context_length", "engine_max_running_requests", "engine_mem_fraction_static",
-               "engine_cuda_graph_max_bs")
+ENGINE_VARS = (
+    "engine_context_length",
+    "engine_max_running_requests",
+    "engine_mem_fraction_static",
+    "engine_cuda_graph_max_bs",
+)
 # Token ids for generated prompts: ordinary tokens in every common vocabulary (as loadgen's default).
 ID_RANGE = (1000, 30000)
 
@@ -51,12 +55,16 @@ def _pos_num(v: Any, where: str) -> float:
 
 def _name(v: Any, where: str) -> str:
     if not isinstance(v, str) or not _NAME.fullmatch(v):
-        raise _fail(where, f"got {v!r}, expected a name of lower-case letters, digits and '_' (it names a directory)")
+        raise _fail(
+            where, f"got {v!r}, expected a name of lower-case letters, digits and '_' (it names a directory)"
+        )
     return v
 
 
 def _args(v: Any, where: str) -> list[str]:
-    if not isinstance(v, list) or not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in v):
+    if not isinstance(v, list) or not all(
+        isinstance(a, str | int | float) and not isinstance(a, bool) for a in v
+    ):
         raise _fail(where, f"got {v!r}, expected a list of flag words")
     return [str(a) for a in v]
 
@@ -122,8 +130,14 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
         for key, value in engine_vars.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise _fail(f"{w}.engine.{key}", f"got {value!r}, expected a number >= 0")
-        variants.append({"name": name, "args": common + _args(v.get("args", []), f"{w}.args"),
-                         "variant_args": _args(v.get("args", []), f"{w}.args"), "engine_vars": engine_vars})
+        variants.append(
+            {
+                "name": name,
+                "args": common + _args(v.get("args", []), f"{w}.args"),
+                "variant_args": _args(v.get("args", []), f"{w}.args"),
+                "engine_vars": engine_vars,
+            }
+        )
     by_name = {v["name"]: v for v in variants}
     comparisons = []
     for i, c in enumerate(definition.get("comparisons", []) or []):
@@ -132,26 +146,46 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
             raise _fail(w, f"got {c!r}, expected {{baseline, treatment[, flags, expect]}}")
         a, b = c.get("baseline"), c.get("treatment")
         if a not in by_name or b not in by_name or a == b:
-            raise _fail(w, f"baseline={a!r} treatment={b!r}: expected two different variants of {sorted(by_name)}")
+            raise _fail(
+                w, f"baseline={a!r} treatment={b!r}: expected two different variants of {sorted(by_name)}"
+            )
         va, vb = by_name[a], by_name[b]
         if va["engine_vars"] != vb["engine_vars"]:
-            raise _fail(w, f"{a} and {b} differ in engine settings {va['engine_vars']} vs {vb['engine_vars']} "
-                           "(rule: one independent variable per comparison, and it is a flag)")
+            raise _fail(
+                w,
+                f"{a} and {b} differ in engine settings {va['engine_vars']} vs {vb['engine_vars']} "
+                "(rule: one independent variable per comparison, and it is a flag)",
+            )
         diff = differing_flags(va["args"], vb["args"])
         declared = c.get("flags")
         if declared is not None:
             declared = _args(declared, f"{w}.flags")
             if set(diff) != set(declared):
-                raise _fail(w, f"{a} vs {b} differ in {sorted(diff)}, not in the declared variable {sorted(declared)} "
-                               "(rule: one independent variable per comparison)")
+                raise _fail(
+                    w,
+                    f"{a} vs {b} differ in {sorted(diff)}, not in the declared variable {sorted(declared)} "
+                    "(rule: one independent variable per comparison)",
+                )
         elif len(diff) != 1:
-            raise _fail(w, f"{a} vs {b} differ in {sorted(diff) or 'nothing'} (rule: exactly one flag differs; "
-                           "declare `flags` when one variable takes several flags)")
+            raise _fail(
+                w,
+                f"{a} vs {b} differ in {sorted(diff) or 'nothing'} (rule: exactly one flag differs; "
+                "declare `flags` when one variable takes several flags)",
+            )
         expect = c.get("expect", "lower")
         if expect not in ("higher", "lower"):
-            raise _fail(f"{w}.expect", f"got {expect!r}, expected higher or lower (how the treatment's figure moves)")
-        comparisons.append({"baseline": a, "treatment": b, "differs": diff, "expect": expect,
-                            "variable": c.get("variable") or ", ".join(sorted(diff))})
+            raise _fail(
+                f"{w}.expect", f"got {expect!r}, expected higher or lower (how the treatment's figure moves)"
+            )
+        comparisons.append(
+            {
+                "baseline": a,
+                "treatment": b,
+                "differs": diff,
+                "expect": expect,
+                "variable": c.get("variable") or ", ".join(sorted(diff)),
+            }
+        )
     return {"variants": variants, "comparisons": comparisons, "common_args": common}
 
 
@@ -173,39 +207,82 @@ class _Runs:
         self.datasets[name] = lines
         return f"{self.cfg['node_lab_dir']}/datasets/{name}.jsonl"
 
-    def add(self, name: str, workload: dict[str, Any], data: list[str], *, flush: bool = True,
-            sample: bool = False, phase: int = 1, rate_from: str | None = None, request_rate: str = "inf",
-            extra: list[str] | None = None, expect_output_len: int | None = None) -> None:
+    def add(
+        self,
+        name: str,
+        workload: dict[str, Any],
+        data: list[str],
+        *,
+        flush: bool = True,
+        sample: bool = False,
+        phase: int = 1,
+        rate_from: str | None = None,
+        request_rate: str = "inf",
+        extra: list[str] | None = None,
+        expect_output_len: int | None = None,
+    ) -> None:
         c = self.client
-        argv = [c["python"], c["pyz"], "--backend", c["backend"], "--base-url", c["base_url"],
-                "--model", c["model"], "--tokenizer", c["tokenizer"], *data,
-                "--num-prompts", str(workload["num_prompts"]),
-                "--max-concurrency", str(workload["concurrency"]),
-                "--warmup-requests", str(workload.get("warmup", 0)),
-                "--seed", str(self.seed + len(self.runs)),
-                "--output-file", "bench.json", "--phase-file", "phase.json",
-                "--output-details", "--scrape-metrics", *(extra or [])]
+        argv = [
+            c["python"],
+            c["pyz"],
+            "--backend",
+            c["backend"],
+            "--base-url",
+            c["base_url"],
+            "--model",
+            c["model"],
+            "--tokenizer",
+            c["tokenizer"],
+            *data,
+            "--num-prompts",
+            str(workload["num_prompts"]),
+            "--max-concurrency",
+            str(workload["concurrency"]),
+            "--warmup-requests",
+            str(workload.get("warmup", 0)),
+            "--seed",
+            str(self.seed + len(self.runs)),
+            "--output-file",
+            "bench.json",
+            "--phase-file",
+            "phase.json",
+            "--output-details",
+            "--scrape-metrics",
+            *(extra or []),
+        ]
         if rate_from is None:
             argv += ["--request-rate", request_rate]
         if flush:
             argv.append("--flush-cache")
         argv += [str(a) for a in c.get("extra_args", [])]
-        self.runs.append({
-            "name": name,
-            "argv": argv,
-            "workload": workload,
-            "expect_requests": workload["num_prompts"],
-            "expect_output_len": expect_output_len if expect_output_len is not None else workload.get("osl", 1),
-            "flush": flush,
-            "sample_metrics": sample,
-            "phase": phase,
-            "rate_from": rate_from,
-        })
+        self.runs.append(
+            {
+                "name": name,
+                "argv": argv,
+                "workload": workload,
+                "expect_requests": workload["num_prompts"],
+                "expect_output_len": expect_output_len
+                if expect_output_len is not None
+                else workload.get("osl", 1),
+                "flush": flush,
+                "sample_metrics": sample,
+                "phase": phase,
+                "rate_from": rate_from,
+            }
+        )
 
 
 def _random(isl: int, osl: int, ratio: float = 1.0) -> list[str]:
-    return ["--dataset-name", "random", "--random-input-len", str(isl), "--random-output-len", str(osl),
-            "--random-range-ratio", str(ratio)]
+    return [
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(isl),
+        "--random-output-len",
+        str(osl),
+        "--random-range-ratio",
+        str(ratio),
+    ]
 
 
 def _jsonl(path: str) -> list[str]:
@@ -225,8 +302,13 @@ def _plan_sweep(r: _Runs, w: dict[str, Any], where: str) -> None:
         raise _fail(f"{where}.concurrencies", f"got {cs!r}, expected a non-empty list of integers >= 1")
     for c in cs:
         _pos_int(c, f"{where}.concurrencies")
-        wl = {"isl": w["isl"], "osl": w["osl"], "concurrency": c, "num_prompts": w["num_prompts"],
-              "warmup": w.get("warmup", 0)}
+        wl = {
+            "isl": w["isl"],
+            "osl": w["osl"],
+            "concurrency": c,
+            "num_prompts": w["num_prompts"],
+            "warmup": w.get("warmup", 0),
+        }
         r.add(f"c{c}", wl, _random(w["isl"], w["osl"]))
 
 
@@ -237,65 +319,142 @@ def _plan_prefill(r: _Runs, w: dict[str, Any], where: str) -> None:
         raise _fail(f"{where}.isls", f"got {isls!r}, expected a non-empty list of integers >= 1")
     for isl in isls:
         _pos_int(isl, f"{where}.isls")
-        wl = {"isl": isl, "osl": w["osl"], "concurrency": w["concurrency"], "num_prompts": w["num_prompts"],
-              "warmup": w.get("warmup", 0)}
+        wl = {
+            "isl": isl,
+            "osl": w["osl"],
+            "concurrency": w["concurrency"],
+            "num_prompts": w["num_prompts"],
+            "warmup": w.get("warmup", 0),
+        }
         r.add(f"isl{isl}", wl, _random(isl, w["osl"]))
 
 
 def _plan_prefix(r: _Runs, w: dict[str, Any], where: str) -> None:
-    _sizes(w, where, "identical_len", "identical_osl", "chat_system_len", "chat_question_len", "chat_osl",
-           "chat_measured")
+    _sizes(
+        w,
+        where,
+        "identical_len",
+        "identical_osl",
+        "chat_system_len",
+        "chat_question_len",
+        "chat_osl",
+        "chat_measured",
+    )
     ident = r.dataset("identical", [{"prompt": r.ids(w["identical_len"]), "output_len": w["identical_osl"]}])
-    one = {"isl": w["identical_len"], "osl": w["identical_osl"], "concurrency": 1, "num_prompts": 1, "warmup": 0}
+    one = {
+        "isl": w["identical_len"],
+        "osl": w["identical_osl"],
+        "concurrency": 1,
+        "num_prompts": 1,
+        "warmup": 0,
+    }
     r.add("identical_first", one, _jsonl(ident), flush=True)
     r.add("identical_second", one, _jsonl(ident), flush=False)
     system = r.ids(w["chat_system_len"])
-    warm = r.dataset("chat_warm", [{"prompt": system + r.ids(w["chat_question_len"]), "output_len": w["chat_osl"]}])
-    measured = r.dataset("chat", [{"prompt": system + r.ids(w["chat_question_len"]), "output_len": w["chat_osl"]}
-                                  for _ in range(w["chat_measured"])])
+    warm = r.dataset(
+        "chat_warm", [{"prompt": system + r.ids(w["chat_question_len"]), "output_len": w["chat_osl"]}]
+    )
+    measured = r.dataset(
+        "chat",
+        [
+            {"prompt": system + r.ids(w["chat_question_len"]), "output_len": w["chat_osl"]}
+            for _ in range(w["chat_measured"])
+        ],
+    )
     isl = w["chat_system_len"] + w["chat_question_len"]
-    r.add("chat_warm", {"isl": isl, "osl": w["chat_osl"], "concurrency": 1, "num_prompts": 1, "warmup": 0},
-          _jsonl(warm), flush=True)
-    r.add("chat", {"isl": isl, "osl": w["chat_osl"], "concurrency": 1, "num_prompts": w["chat_measured"],
-                   "warmup": 0}, _jsonl(measured), flush=False)
+    r.add(
+        "chat_warm",
+        {"isl": isl, "osl": w["chat_osl"], "concurrency": 1, "num_prompts": 1, "warmup": 0},
+        _jsonl(warm),
+        flush=True,
+    )
+    r.add(
+        "chat",
+        {"isl": isl, "osl": w["chat_osl"], "concurrency": 1, "num_prompts": w["chat_measured"], "warmup": 0},
+        _jsonl(measured),
+        flush=False,
+    )
 
 
 def _plan_chunk(r: _Runs, w: dict[str, Any], where: str) -> None:
-    _sizes(w, where, "stream_isl", "stream_osl", "inject_isl", "inject_osl", "inject_after_events", "repetitions")
+    _sizes(
+        w, where, "stream_isl", "stream_osl", "inject_isl", "inject_osl", "inject_after_events", "repetitions"
+    )
     if w["inject_after_events"] >= w["stream_osl"] - 1:
-        raise _fail(f"{where}.inject_after_events", f"got {w['inject_after_events']}, expected fewer than "
-                    f"stream_osl - 1 = {w['stream_osl'] - 1} (the stream must still run after the injection)")
+        raise _fail(
+            f"{where}.inject_after_events",
+            f"got {w['inject_after_events']}, expected fewer than "
+            f"stream_osl - 1 = {w['stream_osl'] - 1} (the stream must still run after the injection)",
+        )
     stream = {"prompt": r.ids(w["stream_isl"]), "output_len": w["stream_osl"]}
     probe = r.dataset("stream", [stream])
-    pair = r.dataset("stream_and_injection",
-                     [stream, {"prompt": r.ids(w["inject_isl"]), "output_len": w["inject_osl"]}])
-    r.add("probe", {"isl": w["stream_isl"], "osl": w["stream_osl"], "concurrency": 1, "num_prompts": 1,
-                    "warmup": w.get("warmup", 1)}, _jsonl(probe))
+    pair = r.dataset(
+        "stream_and_injection", [stream, {"prompt": r.ids(w["inject_isl"]), "output_len": w["inject_osl"]}]
+    )
+    r.add(
+        "probe",
+        {
+            "isl": w["stream_isl"],
+            "osl": w["stream_osl"],
+            "concurrency": 1,
+            "num_prompts": 1,
+            "warmup": w.get("warmup", 1),
+        },
+        _jsonl(probe),
+    )
     for rep in range(1, w["repetitions"] + 1):
-        r.add(f"rep{rep}", {"isl": w["stream_isl"], "osl": w["stream_osl"], "concurrency": 2, "num_prompts": 2,
-                            "warmup": 0, "inject_isl": w["inject_isl"], "inject_osl": w["inject_osl"],
-                            "inject_after_events": w["inject_after_events"]},
-              _jsonl(pair), phase=2, rate_from="probe", extra=["--arrival", "constant"],
-              expect_output_len=min(w["inject_osl"], w["stream_osl"]))
+        r.add(
+            f"rep{rep}",
+            {
+                "isl": w["stream_isl"],
+                "osl": w["stream_osl"],
+                "concurrency": 2,
+                "num_prompts": 2,
+                "warmup": 0,
+                "inject_isl": w["inject_isl"],
+                "inject_osl": w["inject_osl"],
+                "inject_after_events": w["inject_after_events"],
+            },
+            _jsonl(pair),
+            phase=2,
+            rate_from="probe",
+            extra=["--arrival", "constant"],
+            expect_output_len=min(w["inject_osl"], w["stream_osl"]),
+        )
 
 
 def _plan_budget(r: _Runs, w: dict[str, Any], where: str) -> None:
     _sizes(w, where, "short_isl", "short_osl", "short_count", "long_isl", "long_osl", "repetitions")
     for rep in range(1, w["repetitions"] + 1):
-        lines = [{"prompt": r.ids(w["short_isl"]), "output_len": w["short_osl"]} for _ in range(w["short_count"])]
+        lines = [
+            {"prompt": r.ids(w["short_isl"]), "output_len": w["short_osl"]} for _ in range(w["short_count"])
+        ]
         lines.append({"prompt": r.ids(w["long_isl"]), "output_len": w["long_osl"]})
         path = r.dataset(f"together_rep{rep}", lines)
         n = w["short_count"] + 1
-        r.add(f"rep{rep}", {"isl": w["short_isl"], "osl": w["short_osl"], "concurrency": n, "num_prompts": n,
-                            "warmup": w.get("warmup", 0) if rep == 1 else 0, "short_count": w["short_count"],
-                            "long_isl": w["long_isl"], "long_osl": w["long_osl"]},
-              _jsonl(path), expect_output_len=min(w["short_osl"], w["long_osl"]))
+        r.add(
+            f"rep{rep}",
+            {
+                "isl": w["short_isl"],
+                "osl": w["short_osl"],
+                "concurrency": n,
+                "num_prompts": n,
+                "warmup": w.get("warmup", 0) if rep == 1 else 0,
+                "short_count": w["short_count"],
+                "long_isl": w["long_isl"],
+                "long_osl": w["long_osl"],
+            },
+            _jsonl(path),
+            expect_output_len=min(w["short_osl"], w["long_osl"]),
+        )
 
 
 def _plan_kv(r: _Runs, w: dict[str, Any], where: str) -> None:
     steps = w.get("runs")
     if not isinstance(steps, list) or not steps:
-        raise _fail(f"{where}.runs", f"got {steps!r}, expected a list of {{name, isl, osl, concurrency, num_prompts}}")
+        raise _fail(
+            f"{where}.runs", f"got {steps!r}, expected a list of {{name, isl, osl, concurrency, num_prompts}}"
+        )
     for i, s in enumerate(steps):
         ws = f"{where}.runs[{i}]"
         if not isinstance(s, dict):
@@ -305,10 +464,18 @@ def _plan_kv(r: _Runs, w: dict[str, Any], where: str) -> None:
         ratio = s.get("range_ratio", 1.0)
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
             raise _fail(f"{ws}.range_ratio", f"got {ratio!r}, expected a number in (0, 1]")
-        wl = {k: s[k] for k in ("isl", "osl", "concurrency", "num_prompts")} | {"warmup": 0, "range_ratio": ratio}
+        wl = {k: s[k] for k in ("isl", "osl", "concurrency", "num_prompts")} | {
+            "warmup": 0,
+            "range_ratio": ratio,
+        }
         # loadgen draws input and output lengths from [int(L * ratio), L] (SGLang's semantics)
-        r.add(s["name"], wl, _random(s["isl"], s["osl"], ratio), sample=True,
-              expect_output_len=max(int(s["osl"] * ratio), 1))
+        r.add(
+            s["name"],
+            wl,
+            _random(s["isl"], s["osl"], ratio),
+            sample=True,
+            expect_output_len=max(int(s["osl"] * ratio), 1),
+        )
 
 
 def _plan_ngram(r: _Runs, w: dict[str, Any], where: str) -> None:
@@ -323,14 +490,27 @@ def _plan_ngram(r: _Runs, w: dict[str, Any], where: str) -> None:
     for kind, text in prompts.items():
         path = r.dataset(kind, [{"prompt": text, "output_len": w["osl"]}])
         for s in range(1, w["samples"] + 1):
-            r.add(f"{kind}_s{s}", {"osl": w["osl"], "concurrency": 1, "num_prompts": 1, "warmup": 0,
-                                   "prompt": kind, "prompt_words": len(text.split())}, _jsonl(path))
+            r.add(
+                f"{kind}_s{s}",
+                {
+                    "osl": w["osl"],
+                    "concurrency": 1,
+                    "num_prompts": 1,
+                    "warmup": 0,
+                    "prompt": kind,
+                    "prompt_words": len(text.split()),
+                },
+                _jsonl(path),
+            )
     tp = w.get("throughput")
     engines = w.get("throughput_engines", ["vllm"])
     if tp and r.cfg["engine"] in engines:
         _sizes(tp, f"{where}.throughput", "isl", "osl", "num_prompts", "concurrency")
-        r.add("throughput", {k: tp[k] for k in ("isl", "osl", "concurrency", "num_prompts")} | {"warmup": 0},
-              _random(tp["isl"], tp["osl"]))
+        r.add(
+            "throughput",
+            {k: tp[k] for k in ("isl", "osl", "concurrency", "num_prompts")} | {"warmup": 0},
+            _random(tp["isl"], tp["osl"]),
+        )
 
 
 _PLANNERS = {
@@ -364,8 +544,10 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
     planner = _PLANNERS[lab]
     if planner is not None:
         planner(runs, workload, f"labs_workloads.{lab}")
-    variants = [v | {"runs": [dict(run, rel=f"{v['name']}/runs/{run['name']}") for run in runs.runs]}
-                for v in definition["variants"]]
+    variants = [
+        v | {"runs": [dict(run, rel=f"{v['name']}/runs/{run['name']}") for run in runs.runs]}
+        for v in definition["variants"]
+    ]
     return {
         "schema": PLAN_SCHEMA,
         "lab": lab,

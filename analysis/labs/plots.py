@@ -12,7 +12,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import itertools
+
+import matplotlib.pyplot as plt
 
 
 def _save(fig: Any, lab_dir: Path, name: str) -> str:
@@ -41,7 +43,9 @@ def tpot_distribution(lab_dir: Path, doc: dict[str, Any]) -> str | None:
         for run, r in sorted(rows.items(), key=lambda kv: kv[1].get("concurrency") or 0):
             if r.get("tpot_samples_ms"):
                 data.append(r["tpot_samples_ms"])
-                labels.append(f"{name}\nC={r.get('concurrency')}" if r.get("concurrency") else f"{name}\n{run}")
+                labels.append(
+                    f"{name}\nC={r.get('concurrency')}" if r.get("concurrency") else f"{name}\n{run}"
+                )
     if not data:
         return None
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(data)), 3.6))
@@ -65,7 +69,7 @@ def gap_timeline(lab_dir: Path, doc: dict[str, Any]) -> str | None:
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.3 * len(panels)), sharex=True, squeeze=False)
     for ax, (name, rep) in zip(axes[:, 0], panels, strict=True):
         t = rep["timeline"]["t_ms"]
-        gaps = [b - a for a, b in zip(t, t[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(t)]
         ax.plot(t[1:], gaps, marker=".", linewidth=0.8)
         lo, hi = rep["timeline"]["injection_ms"]
         ax.axvspan(lo, hi, alpha=0.2, color="tab:red", label="injection in flight")
@@ -132,6 +136,7 @@ _DRAW = {
 
 
 def draw(lab_dir: Path, doc: dict[str, Any]) -> list[str]:
+    """Every picture of this lab (judge.PLOTTED names the labs listed here)."""
     out = []
     for fn in _DRAW.get(doc["lab"], []):
         path = fn(lab_dir, doc)

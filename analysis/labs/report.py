@@ -28,8 +28,26 @@ def _words(value: list[str] | None) -> str:
 
 
 def _workload(wl: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in wl.items() if not isinstance(v, dict | list) or k == "concurrencies"
-                     or k == "isls") or "start-up only (no requests)"
+    """The lab's workload in one line: sizes as key=value, runs as name: ISL/OSL x N at C (long texts
+    such as the prose prompt are named, not quoted)."""
+    parts = []
+    for k, v in wl.items():
+        if isinstance(v, list) and v and isinstance(v[0], dict):
+            parts.append(
+                "; ".join(
+                    f"{r.get('name')}: {r.get('isl')}/{r.get('osl')} tokens x {r.get('num_prompts')} at "
+                    f"C={r.get('concurrency')}"
+                    + (f" (range ratio {r['range_ratio']})" if r.get("range_ratio", 1) != 1 else "")
+                    for r in v
+                )
+            )
+        elif isinstance(v, dict):
+            parts.append(f"{k}: " + ", ".join(f"{a}={b}" for a, b in v.items()))
+        elif isinstance(v, str) and len(v) > 40:
+            parts.append(f"{k}: {len(v.split())} words")
+        else:
+            parts.append(f"{k}={v}")
+    return ", ".join(parts) or "start-up only (no requests)"
 
 
 def section(doc: dict[str, Any]) -> str:
@@ -39,28 +57,44 @@ def section(doc: dict[str, Any]) -> str:
     lines += [f"**Goal.** {doc['goal']}", ""]
     hw = s["hardware"]
     lines.append(
-        f"**Setup.** Model `{s['model']}`, engine {s['engine']} {s.get('engine_version') or '(version not reported)'}, "
+        f"**Setup.** Model `{s['model']}`, engine {s['engine']} "
+        f"{s.get('engine_version') or '(version not reported)'}, "
         f"hardware: {hw}. Flags common to every variant: {_flags(s['common_flags'])}."
     )
     for v in s["variants"]:
         extra = f", engine settings {v['engine_settings']}" if v["engine_settings"] else ""
-        ts = f", time scale {v['time_scale']:g}, realtime verdict {v['realtime']}" if v.get("emulated") else ""
-        cap = f", KV capacity {v['kv_capacity_tokens']} tokens (start-up log)" if v.get("kv_capacity_tokens") else ""
-        lines.append(f"- variant `{v['name']}`: flags {_flags(v['flags'])}{extra}{cap}{ts}; server command in "
-                     f"`{v['server_cmd']}`")
+        ts = (
+            f", time scale {v['time_scale']:g}, realtime verdict {v['realtime']}" if v.get("emulated") else ""
+        )
+        cap = (
+            f", KV capacity {v['kv_capacity_tokens']} tokens (start-up log)"
+            if v.get("kv_capacity_tokens")
+            else ""
+        )
+        lines.append(
+            f"- variant `{v['name']}`: flags {_flags(v['flags'])}{extra}{cap}{ts}; server command in "
+            f"`{v['server_cmd']}`"
+        )
     for c in s["comparisons"]:
-        diff = "; ".join(f"{k}: {_words(d['baseline'])} -> {_words(d['treatment'])}"
-                         for k, d in (c.get("differs") or {}).items())
-        lines.append(f"- comparison `{c['baseline']}` -> `{c['treatment']}`: one variable ({c['variable']}; {diff}); "
-                     f"expected the treatment's figure {c['expect']}")
-    lines.append(f"- workload: {_workload(s['workload'])}; client loadgen ({s['client']['backend']}), "
-                 f"{s['proxies']}")
+        diff = "; ".join(
+            f"{k}: {_words(d['baseline'])} -> {_words(d['treatment'])}"
+            for k, d in (c.get("differs") or {}).items()
+        )
+        lines.append(
+            f"- comparison `{c['baseline']}` -> `{c['treatment']}`: one variable ({c['variable']}; {diff}); "
+            f"expected the treatment's figure {c['expect']}"
+        )
+    lines.append(
+        f"- workload: {_workload(s['workload'])}; client loadgen ({s['client']['backend']}), {s['proxies']}"
+    )
     lines.append("")
     lines.append("**Observation.**")
     lines += [f"- {o}" for o in doc["observations"]] or ["- (no figures: see the conclusion)"]
     lines.append("")
-    lines.append(f"**Conclusion.** {doc['verdict'].capitalize()}: {doc['reason']}. "
-                 f"This holds under exactly the setup above{' (emulated hardware)' if doc['emulated'] else ''}.")
+    lines.append(
+        f"**Conclusion.** {doc['verdict'].capitalize()}: {doc['reason']}. "
+        f"This holds under exactly the setup above{' (emulated hardware)' if doc['emulated'] else ''}."
+    )
     lines.append("")
     lines.append("**Pitfalls.**")
     lines += [f"- {p}" for p in doc["pitfalls"]] or ["- none recorded by this run's evidence"]
@@ -83,7 +117,10 @@ def build(labs_dir: str | Path) -> Path:
     if docs:
         out.append("| lab | engine | verdict |")
         out.append("|---|---|---|")
-        out += [f"| {d['lab']} | {d['engine']}{' (emulated)' if d['emulated'] else ''} | {d['verdict']} |" for d in docs]
+        out += [
+            f"| {d['lab']} | {d['engine']}{' (emulated)' if d['emulated'] else ''} | {d['verdict']} |"
+            for d in docs
+        ]
         out.append("")
     else:
         out.append("No lab has been judged in this run yet.")

@@ -30,7 +30,9 @@ def test_counter_samples_keep_the_name_the_server_wrote_and_labels_are_summed_or
     assert len(scrape.values["sglang:num_retracted_reqs"]) == 4  # one per dp_rank seen in the excerpt
     v10 = prom.parse(sample("vllm_metrics.txt", "production-stack issue #617"))
     assert v10.total("vllm:prefix_cache_queries_total") == 32.0
-    assert v10.peak("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc") == pytest.approx(9.75010481363281e-06)
+    assert v10.peak("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc") == pytest.approx(
+        9.75010481363281e-06
+    )
     assert not any(k.endswith("_created") for k in v10.values)  # creation stamps are not measurements
 
 
@@ -61,9 +63,9 @@ def test_counter_delta_and_a_counter_that_first_appears_after() -> None:
 def test_sampler_file_is_cut_at_its_markers_and_a_torn_last_scrape_is_dropped(tmp_path) -> None:
     f = tmp_path / "metrics_samples.prom"
     f.write_text(
-        "# quickmap-sample 100.0\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.5\nvllm:num_requests_waiting 3\n"
-        "# quickmap-sample 100.5\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.97\nvllm:num_requests_waiting 7\n"
-        "# quickmap-sample 101.0\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.9"  # cut mid-line by the kill
+        '# quickmap-sample 100.0\nvllm:kv_cache_usage_perc{engine="0"} 0.5\nvllm:num_requests_waiting 3\n'
+        '# quickmap-sample 100.5\nvllm:kv_cache_usage_perc{engine="0"} 0.97\nvllm:num_requests_waiting 7\n'
+        '# quickmap-sample 101.0\nvllm:kv_cache_usage_perc{engine="0"} 0.9'  # cut mid-line by the kill
         '\nvllm:num_requests_waiting{a="'
     )
     scrapes = prom.read_samples(f)
@@ -107,21 +109,29 @@ def test_fp8_platform_notes_are_quoted() -> None:
 
 
 def test_retraction_and_preemption_lines_in_every_wording() -> None:
-    ev = events.scan((sample("preemption_retraction_warnings.txt", "issue #2746")))
+    ev = events.scan(sample("preemption_retraction_warnings.txt", "issue #2746"))
     assert ev.retractions == 5 and len(ev.retraction_lines) == 5
     assert ev.max_kv_usage == 1.0  # the Decode batch lines before the retraction
     newer = events.scan(sample("preemption_retraction_warnings.txt", "docs/advanced_features/hyperparameter"))
     assert newer.retractions == 1
     oldest = events.scan(sample("preemption_retraction_warnings.txt", "docs/backend/hyperparameter"))
     assert oldest.retractions == 1
-    v0 = [events.scan(t).preemption_warnings for s, t in samples("preemption_retraction_warnings.txt") if "vllm" in s.lower() or "LIMO" in s or "cookbook" in s]
+    v0 = [
+        events.scan(t).preemption_warnings
+        for s, t in samples("preemption_retraction_warnings.txt")
+        if "vllm" in s.lower() or "LIMO" in s or "cookbook" in s
+    ]
     assert sum(v0) == 6
 
 
 def test_vllm_v1_stats_line_gives_kv_usage_and_preemptions() -> None:
-    line = ("INFO 09-26 11:20:52 [loggers.py:127] Engine 000: Avg prompt throughput: 6102.8 tokens/s, Avg generation "
-            "throughput: 1221.7 tokens/s, Running: 259 reqs, Waiting: 535 reqs, GPU KV cache usage: 82.3%, Prefix "
-            "cache hit rate: 32.2%")
+    line = (
+        "INFO 09-26 11:20:52 [loggers.py:127] Engine 000: Avg prompt throughput: 6102.8 tokens/s, Avg "
+        "generation "
+        "throughput: 1221.7 tokens/s, Running: 259 reqs, Waiting: 535 reqs, GPU KV cache usage: 82.3%, "
+        "Prefix "
+        "cache hit rate: 32.2%"
+    )
     ev = events.scan(line + "\n" + line.replace("Waiting: 535 reqs,", "Waiting: 535 reqs, Preemptions: 4,"))
     assert ev.max_kv_usage == pytest.approx(0.823)
     assert ev.stats_preemptions == 4
@@ -136,13 +146,23 @@ def _req(out: int, spec: dict) -> dict:
 
 
 def test_sglang_acceptance_from_real_meta_info_old_and_new_names() -> None:
-    old = {"spec_accept_rate": 0.011702127659574468, "spec_accept_length": 1.0638297872340425, "spec_verify_ct": 188,
-           "spec_accept_token_num": 11, "spec_draft_token_num": 940}  # sglang PR #13754, completion_tokens 200
+    old = {
+        "spec_accept_rate": 0.011702127659574468,
+        "spec_accept_length": 1.0638297872340425,
+        "spec_verify_ct": 188,
+        "spec_accept_token_num": 11,
+        "spec_draft_token_num": 940,
+    }  # sglang PR #13754, completion_tokens 200
     acc = requests.sglang_acceptance([_req(200, old)])
     assert acc.accept_length == pytest.approx(old["spec_accept_length"])  # bonus token included: 200 / 188
     assert acc.accept_rate == pytest.approx(11 / 940)
-    new = {"spec_accept_rate": 0.2930232558139535, "spec_accept_length": 2.4651162790697674,
-           "spec_num_correct_drafts": 63, "spec_num_proposed_drafts": 215, "spec_verify_ct": 43}  # PR #33518, 106 out
+    new = {
+        "spec_accept_rate": 0.2930232558139535,
+        "spec_accept_length": 2.4651162790697674,
+        "spec_num_correct_drafts": 63,
+        "spec_num_proposed_drafts": 215,
+        "spec_verify_ct": 43,
+    }  # PR #33518, 106 out
     acc = requests.sglang_acceptance([_req(106, new)])
     assert acc.accept_length == pytest.approx(new["spec_accept_length"])
     assert acc.accept_rate == pytest.approx(new["spec_accept_rate"])
@@ -153,9 +173,13 @@ def test_sglang_acceptance_from_real_meta_info_old_and_new_names() -> None:
 def test_vllm_acceptance_counts_the_bonus_token() -> None:
     # SpecDecoding log line of vLLM PR #24127: Accepted 262, Drafted 295 tokens at k=5 -> 59 drafts,
     # "Mean acceptance length: 5.44" = 1 + 262/59.
-    acc = requests.vllm_acceptance({"vllm:spec_decode_num_drafts_total": 59.0,
-                                    "vllm:spec_decode_num_draft_tokens_total": 295.0,
-                                    "vllm:spec_decode_num_accepted_tokens_total": 262.0})
+    acc = requests.vllm_acceptance(
+        {
+            "vllm:spec_decode_num_drafts_total": 59.0,
+            "vllm:spec_decode_num_draft_tokens_total": 295.0,
+            "vllm:spec_decode_num_accepted_tokens_total": 262.0,
+        }
+    )
     assert acc.accept_length == pytest.approx(5.44, abs=0.005)
     assert acc.accept_rate == pytest.approx(0.888, abs=0.001)
     assert "Mean acceptance length: 5.44" in sample("vllm_metrics.txt", "PR #24127")
@@ -165,7 +189,7 @@ def test_vllm_acceptance_counts_the_bonus_token() -> None:
 def test_read_result_refuses_other_schemas(tmp_path) -> None:
     f = tmp_path / "bench.json"
     f.write_text('{"completed": 3}')
-    with pytest.raises(InputError, match="quickmap.loadgen/1"):
+    with pytest.raises(InputError, match=r"quickmap\.loadgen/1"):
         requests.read_result(f)
     assert requests.read_result(tmp_path / "missing.json") is None
 
@@ -174,13 +198,17 @@ def test_read_result_refuses_other_schemas(tmp_path) -> None:
 
 
 def test_realtime_verdicts() -> None:
-    ok = honesty.emulator_evidence({"enginesim": {"sched_lag_ms": {"p50": 0.1, "p99": 4.0, "max": 6.0}}}, None)
+    ok = honesty.emulator_evidence(
+        {"enginesim": {"sched_lag_ms": {"p50": 0.1, "p99": 4.0, "max": 6.0}}}, None
+    )
     assert honesty.realtime_verdict(ok)[0] == "ok"
     slipped = {"sched_lag_ms": {"p50": 0.2, "p99": 9.0, "max": 113.0}}
     assert honesty.realtime_verdict(slipped)[0] == "degraded"
     behind = {"sched_lag_ms": {"p50": 8.0, "p99": 351.0, "max": 442.0}}
     assert honesty.realtime_verdict(behind)[0] == "saturated"
     assert honesty.realtime_verdict(None) == (None, "not emulated")
-    from_log = honesty.emulator_evidence(None, "x\nenginesim: sched_lag_ms p50=0.5 p99=3.1 max=4.2 steps=10 events=9\n")
+    from_log = honesty.emulator_evidence(
+        None, "x\nenginesim: sched_lag_ms p50=0.5 p99=3.1 max=4.2 steps=10 events=9\n"
+    )
     assert from_log["sched_lag_ms"] == {"p50": 0.5, "p99": 3.1, "max": 4.2}
     assert honesty.emulator_evidence({"version": "0.5.6"}, "a real engine's log") is None

@@ -7,7 +7,7 @@ import pytest
 from labs_helpers import DEFAULTS, LABS_VARS, config
 
 from analysis.errors import InputError
-from analysis.labs import plan
+from analysis.labs import judge, plan, plots
 from analysis.labs.definitions import GOALS, LABS
 
 
@@ -52,7 +52,9 @@ def test_prefix_lab_sends_the_identical_prompt_twice_and_flushes_only_before_the
     assert runs["identical_first"]["flush"] and not runs["identical_second"]["flush"]
     assert "--flush-cache" not in runs["identical_second"]["argv"]
     path = runs["identical_first"]["argv"][runs["identical_first"]["argv"].index("--dataset-path") + 1]
-    assert path == runs["identical_second"]["argv"][runs["identical_second"]["argv"].index("--dataset-path") + 1]
+    assert (
+        path == runs["identical_second"]["argv"][runs["identical_second"]["argv"].index("--dataset-path") + 1]
+    )
     plan.write(p, tmp_path)
     line = orjson.loads((tmp_path / "datasets" / "identical.jsonl").read_bytes())
     assert len(line["prompt"]) == 2080 and all(isinstance(t, int) for t in line["prompt"])
@@ -73,20 +75,34 @@ def test_chunk_lab_rates_its_injections_from_the_probe() -> None:
 
 def test_a_comparison_with_two_variables_is_refused_naming_them() -> None:
     cfg = config("chunk_interference")
-    cfg["definition"]["comparisons"] = [{"baseline": "chunk8192", "treatment": "chunk512_mixed", "expect": "lower"}]
-    with pytest.raises(InputError, match=r"differ in \['--chunked-prefill-size', '--enable-mixed-chunk'\].*exactly one"):
+    cfg["definition"]["comparisons"] = [
+        {"baseline": "chunk8192", "treatment": "chunk512_mixed", "expect": "lower"}
+    ]
+    with pytest.raises(
+        InputError, match=r"differ in \['--chunked-prefill-size', '--enable-mixed-chunk'\].*exactly one"
+    ):
         plan.build(cfg)
 
 
 def test_declared_multi_flag_variable_must_match_the_difference() -> None:
     cfg = config("eager_vs_graph")
-    cfg["definition"]["variants"][1]["args"] = ["--cuda-graph-backend-decode", "disabled",
-                                                "--cuda-graph-backend-prefill", "disabled"]
+    cfg["definition"]["variants"][1]["args"] = [
+        "--cuda-graph-backend-decode",
+        "disabled",
+        "--cuda-graph-backend-prefill",
+        "disabled",
+    ]
     with pytest.raises(InputError, match="exactly one flag differs"):
         plan.build(cfg)
-    cfg["definition"]["comparisons"][0]["flags"] = ["--cuda-graph-backend-decode", "--cuda-graph-backend-prefill"]
+    cfg["definition"]["comparisons"][0]["flags"] = [
+        "--cuda-graph-backend-decode",
+        "--cuda-graph-backend-prefill",
+    ]
     p = plan.build(cfg)
-    assert set(p["comparisons"][0]["differs"]) == {"--cuda-graph-backend-decode", "--cuda-graph-backend-prefill"}
+    assert set(p["comparisons"][0]["differs"]) == {
+        "--cuda-graph-backend-decode",
+        "--cuda-graph-backend-prefill",
+    }
     cfg["definition"]["comparisons"][0]["flags"] = ["--cuda-graph-backend-decode"]
     with pytest.raises(InputError, match="not in the declared variable"):
         plan.build(cfg)
@@ -127,5 +143,9 @@ def test_injection_must_leave_the_stream_running() -> None:
 
 
 def test_an_engine_without_a_definition_is_refused() -> None:
-    with pytest.raises(InputError, match="labs_definitions.fp8_kv.sglang"):
+    with pytest.raises(InputError, match=r"labs_definitions\.fp8_kv\.sglang"):
         plan.build(config("fp8_kv", definition=None))
+
+
+def test_the_judge_knows_which_labs_draw() -> None:
+    assert set(judge.PLOTTED) == set(plots._DRAW)
