@@ -49,6 +49,7 @@ bench: $(STAMP) zipapp
 	$(PY) benchmarks/bench_loadgen.py
 	$(PY) benchmarks/bench_orchestration.py
 	$(PY) benchmarks/bench_rig_orchestration.py
+	$(PY) benchmarks/bench_labs.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

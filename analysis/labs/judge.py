@@ -52,9 +52,12 @@ def _status(variants: dict[str, Variant]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _pitfalls(lab: str, engine: str, variants: dict[str, Variant], fig: dict[str, Any]) -> list[str]:
+def _pitfalls(
+    lab: str, engine: str, variants: dict[str, Variant], fig: dict[str, Any], wl: dict[str, Any]
+) -> list[str]:
     """Caveats read from this run's evidence (each names what showed it)."""
     out = []
+    wanted_events = wl.get("inject_after_events")
     for name, v in variants.items():
         if v.emulated:
             out.append(
@@ -85,6 +88,13 @@ def _pitfalls(lab: str, engine: str, variants: dict[str, Variant], fig: dict[str
             out.append(f"{name}: did not run: {v.failed.get('reason')}")
     if lab == "chunk_interference":
         for name, r in fig["variants"].items():
+            off = [k for k in r["events_before_injection"] if k is not None and k != wanted_events]
+            if off:
+                out.append(
+                    f"{name}: the injection went out after event(s) {off} of the stream, not "
+                    f"{wanted_events} (the client's send timing on this host); each rep is judged "
+                    "on its own events"
+                )
             if r.get("median_gap_before_ms") == 0:
                 out.append(
                     f"{name}: the median client-visible gap before the injection is 0 ms (events arrived "
@@ -195,7 +205,7 @@ def judge(lab_dir: str | Path) -> dict[str, Any]:
     lab, engine = plan["lab"], plan["engine"]
     th = verdicts.thresholds(plan.get("thresholds"))
     fig = figures.compute(lab, engine, variants, th)
-    pre = verdicts.precheck(_status(variants))
+    pre = verdicts.precheck(_status(variants), timed=lab in verdicts.TIMED_LABS)
     result = pre or verdicts.judge(lab, fig, plan["comparisons"], plan["workload"], th)
     if pre is not None:
         # Figures that could still be computed are reported, but the verdict stays inconclusive.
@@ -238,7 +248,7 @@ def judge(lab_dir: str | Path) -> dict[str, Any]:
         "setup": _setup(plan, variants),
         "figures": fig,
         "evidence": evidence,
-        "pitfalls": _pitfalls(lab, engine, variants, fig),
+        "pitfalls": _pitfalls(lab, engine, variants, fig, plan["workload"]),
         "thresholds": th,
         "wall_s": _wall_s(lab_dir, plan),
     }

@@ -162,7 +162,8 @@ def test_a_long_prefill_stalls_the_stream_and_a_smaller_step_bounds_it(labs) -> 
     big = f["chunk8192"] if labs["engine"] == "sglang" else f["budget8192"]
     small = f["chunk512_mixed"] if labs["engine"] == "sglang" else f["budget512"]
     for v in (big, small):
-        assert v["valid_reps"] == 2 and all(k == 20 for k in v["events_before_injection"])
+        # after event 20 of the stream, within the client's send jitter on a loaded box
+        assert v["valid_reps"] == 2 and all(17 <= k <= 23 for k in v["events_before_injection"])
     assert big["max_gap_during_ms_median"] >= 5 * big["median_gap_before_ms"]
     assert small["max_gap_during_ms_median"] < big["max_gap_during_ms_median"] / 3
     assert (labs["dir"] / "chunk_interference" / "plots" / "gap_timeline.png").is_file()

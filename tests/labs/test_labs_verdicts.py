@@ -42,6 +42,10 @@ def test_precheck_failed_run_failed_variant_or_saturated_emulator_is_inconclusiv
     for st in ({"failed": "port busy"}, {"runs_failed": ["c1 failed: TIMEOUT"]}, {"realtime": "saturated"}):
         got = V.precheck({"a": {"failed": None, "runs_failed": [], "realtime": "ok"} | st})
         assert got is not None and got.verdict == V.INCONCLUSIVE
+    # a late emulator still counts preemptions and announces capacity right: not a reason there
+    saturated = {"a": {"failed": None, "runs_failed": [], "realtime": "saturated"}}
+    assert V.precheck(saturated, timed=False) is None
+    assert "kv_pressure" not in V.TIMED_LABS and "fp8_kv" not in V.TIMED_LABS
 
 
 def _kv(preempted: float | None, usage: float | None, retraction_lines: list[str] | None = None) -> dict:
