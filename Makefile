@@ -17,7 +17,7 @@ all: test
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,calibrate]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -43,7 +43,7 @@ test: $(STAMP) system-deps zipapp lint
 
 # Speed and accuracy targets live here, not in timed tests. Run on a quiet box; each prints medians.
 bench: $(STAMP) zipapp
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -e '.[dev,calibrate,bench]'
 	$(PY) benchmarks/bench_analysis.py
 	$(PY) benchmarks/bench_enginesim.py
 	$(PY) benchmarks/bench_loadgen.py

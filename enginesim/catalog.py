@@ -161,14 +161,18 @@ def hardware_keys() -> list[str]:
 
 
 def load_hardware(key: str, override: dict[str, Any] | None = None) -> Hardware:
-    """Profile `key` from hardware.json, with optional field overrides (the `custom` entry's knob)."""
+    """Profile `key` from hardware.json, with optional field overrides (the `custom` entry's knob).
+
+    A measured profile file (hwprofile.read) is applied as an override of `custom` that sets every
+    field, its own `key` included.
+    """
     data = _load("hardware.json")
     prof = dict(data["profiles"][key])
     if override:
         prof.update(override)
     eff = data["efficiency"]
     return Hardware(
-        key=key,
+        key=str(prof.get("key", key)),
         name=prof["name"],
         peak_flops=float(prof["peak_flops"]),
         mem_bw=float(prof["mem_bw"]),

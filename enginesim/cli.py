@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import catalog
+from . import catalog, hwprofile
 
 SGLANG_KV_DTYPES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
 VLLM_KV_DTYPES = ["auto", "fp8", "fp8_e5m2", "fp8_e4m3", "bfloat16", "fp8_inc", "fp8_ds_mla"]
@@ -27,6 +27,7 @@ class SimKnobs:
     time_scale: float = 1.0
     hardware: str = "h200"
     hw_override: dict[str, Any] = field(default_factory=dict)
+    hardware_file: str | None = None
     ib_dir: str = "/sys/class/infiniband"
     crash_after: int | None = None
     oom_at_start: bool = False
@@ -81,6 +82,8 @@ def _add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sim-time-scale", type=float, default=None)
     g.add_argument("--sim-hardware", choices=catalog.hardware_keys(), default=None)
     g.add_argument("--sim-hw-json", default=None, help="JSON object or file overriding hardware fields")
+    g.add_argument("--sim-hardware-file", default=None, help="profile from python -m enginesim.calibrate")
+    g.add_argument("--sim-allow-cpu-profile", action="store_true", default=None)
     g.add_argument("--sim-ib-dir", default=None)
     g.add_argument("--sim-crash-after", type=int, default=None)
     g.add_argument("--sim-oom-at-start", action="store_true", default=None)
@@ -134,6 +137,7 @@ def _sim_knobs(ns: argparse.Namespace, env: dict[str, str], err: Any) -> SimKnob
                 f"--sim-hw-json/ENGINESIM_HW_JSON {hw_json!r}: must be a JSON object or a file holding "
                 f"one ({e})"
             )
+    _hardware_file(ns, env, k, err, pick)
     v = pick(ns.sim_ib_dir, "ENGINESIM_IB_DIR", str, "a directory path", lambda x: bool(x))
     if v is not None:
         k.ib_dir = v
@@ -150,6 +154,26 @@ def _sim_knobs(ns: argparse.Namespace, env: dict[str, str], err: Any) -> SimKnob
     if v is not None:
         k.seed = v
     return k
+
+
+def _hardware_file(ns: argparse.Namespace, env: dict[str, str], k: SimKnobs, err: Any, pick: Any) -> None:
+    """A measured profile file replaces the hardware key: all its fields override `custom`'s."""
+    path = pick(ns.sim_hardware_file, "ENGINESIM_HARDWARE_FILE", str, "a file path", lambda x: bool(x))
+    if path is None:
+        return
+    if ns.sim_hardware is not None or env.get("ENGINESIM_HARDWARE"):
+        err(
+            f"--sim-hardware-file/ENGINESIM_HARDWARE_FILE {path!r} and --sim-hardware/ENGINESIM_HARDWARE "
+            "both name the hardware: give one"
+        )
+    allow = pick(ns.sim_allow_cpu_profile, "ENGINESIM_ALLOW_CPU_PROFILE", _bool_str, "0 or 1", lambda x: True)
+    try:
+        prof = hwprofile.read(path, allow_cpu=bool(allow))
+    except hwprofile.ProfileError as e:
+        err(f"--sim-hardware-file/ENGINESIM_HARDWARE_FILE: {e}")
+    k.hardware = "custom"
+    k.hardware_file = path
+    k.hw_override = {**prof, **k.hw_override}
 
 
 def _positive(name: str) -> Any:
