@@ -84,10 +84,20 @@ def event_gaps_ms(req: dict[str, Any]) -> list[float]:
     return [(t[i] - t[i - 1]) * 1000.0 for i in range(1, len(t))]
 
 
-def flush_proof(run: Run) -> dict[str, Any]:
-    """The endpoint's answer as the client logged it (loadgen prints it before the main phase)."""
+def flush_proof(run: Run, engine: str | None = None) -> dict[str, Any]:
+    """The endpoint's answer as the client logged it (loadgen prints it before the main phase) and,
+    with ``engine``, what the server counted afterwards: cached tokens reported by the run's first
+    request and the prefix-cache hit counter over the run (both 0 after a real flush)."""
     m = _FLUSH_OK.search(run.bench_log)
-    return {"endpoint_ok": bool(m), "endpoint": m.group("path") if m else None}
+    out: dict[str, Any] = {"endpoint_ok": bool(m), "endpoint": m.group("path") if m else None}
+    if engine is not None:
+        reqs = ok_reqs(run)
+        out["first_request_cached_tokens"] = reqs[0].get("cached_tokens") if reqs else None
+        out["hit_counter_delta"] = run.delta(*_hit_query_names(engine)[0])
+        metric_ok = out["first_request_cached_tokens"] in (0, None) and out["hit_counter_delta"] in (0, None)
+        known = out["first_request_cached_tokens"] is not None or out["hit_counter_delta"] is not None
+        out["proven"] = bool(m) and known and metric_ok
+    return out
 
 
 # ---------------------------------------------------------------- per lab
@@ -402,7 +412,7 @@ def ngram(variants: dict[str, Variant], engine: str) -> dict[str, Any]:
             kinds[kind] = {
                 "samples": len(runs),
                 "ok": len(reqs),
-                "flushes_proven": sum(1 for r in runs if flush_proof(r)["endpoint_ok"]),
+                "flushes_proven": sum(1 for r in runs if flush_proof(r, engine)["proven"]),
                 "e2e_p50_ms": _r(pct(e2e, 50)),
                 "tpot_p50_ms": _r(pct(tpot, 50)),
                 "acceptance": acc.as_dict() if acc else None,

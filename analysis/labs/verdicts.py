@@ -547,8 +547,8 @@ def ngram_spec(
                 extra.append(
                     (
                         INCONCLUSIVE,
-                        f"{name}/{kind}: {p['samples'] - p['flushes_proven']} sample(s) without a "
-                        "confirmed flush",
+                        f"{name}/{kind}: {p['samples'] - p['flushes_proven']} sample(s) whose flush was not "
+                        "proven by the endpoint's answer and the server's cache counters",
                     )
                 )
     for c in comps:

@@ -54,7 +54,8 @@ def test_prefix_cache_and_kv_pressure_on_two_hosts_through_docker(rig, ansible, 
     runs = [c for c in head.docker_calls() if c["argv"][1:2] == ["run"]]
     assert len(runs) == 3 and len([c for c in worker.docker_calls() if c["argv"][1:2] == ["run"]]) == 3
     kv = json.loads((labs_dir / "kv_pressure" / "lab.json").read_text())["figures"]["variants"]["kv4096"]
-    assert kv["capacity"]["tokens"] == 4096 and kv["runs"]["fill"]["preemptions"] > 0
+    assert kv["capacity"]["tokens"] == 4096  # from the head's start-up log
+    assert sum(r["preemptions"] or 0 for r in kv["runs"].values()) > 0 and kv["kv_full_proofs"]
     prefix = json.loads((labs_dir / "prefix_cache" / "lab.json").read_text())["figures"]["variants"][
         "cache_on"
     ]
