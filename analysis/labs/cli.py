@@ -24,14 +24,21 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m analysis labs", description="plan, time and judge the labs")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    s = sub.add_parser("plan", help="validate a lab's configuration and print (or write) its plan")
-    s.add_argument("--config-json", required=True, help="the lab's configuration as one JSON object")
-    s.add_argument("--write", metavar="LAB_DIR", default=None, help="write plan.json and the datasets here")
+    s = sub.add_parser("plan", help="validate labs' configurations and print (or write) their plans")
+    s.add_argument(
+        "--config-json",
+        required=True,
+        help="one lab's configuration (JSON object: prints its plan) or a list of them (prints {lab: plan})",
+    )
+    s.add_argument(
+        "--write", metavar="DIR", default=None, help="write plan.json + datasets here (a list: DIR/<lab>/)"
+    )
     s = sub.add_parser("inject-rate", help="request rate that sends the injection after event N of the probe")
     s.add_argument("probe", help="the probe run's bench.json (the stream alone)")
     s.add_argument("--after-events", type=int, required=True)
     s = sub.add_parser("judge", help="figures, evidence, verdict -> LAB_DIR/lab.json; rebuild labs/report.md")
     s.add_argument("lab_dir")
+    s.add_argument("--started-at", type=float, default=None, help="epoch seconds the lab started (wall time)")
     s = sub.add_parser("report", help="rebuild LABS_DIR/report.md from every lab.json")
     s.add_argument("labs_dir")
     return p
@@ -69,13 +76,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = orjson.loads(args.config_json)
         except orjson.JSONDecodeError as exc:
             raise InputError(None, "--config-json", f"not JSON ({exc.msg})") from None
-        if not isinstance(cfg, dict):
-            raise InputError(None, "--config-json", "expected a JSON object")
-        built = plan.build(cfg)
-        if args.write:
-            plan.write(built, args.write)
-        built.pop("_dataset_lines", None)
-        sys.stdout.write(orjson.dumps(built).decode() + "\n")
+        if isinstance(cfg, dict):
+            built = plan.build(cfg)
+            if args.write:
+                plan.write(built, args.write)
+            built.pop("_dataset_lines", None)
+            sys.stdout.write(orjson.dumps(built).decode() + "\n")
+            return 0
+        if not isinstance(cfg, list) or not all(isinstance(c, dict) for c in cfg):
+            raise InputError(None, "--config-json", "expected a JSON object or a list of objects")
+        plans = [plan.build(c) for c in cfg]  # every lab is checked before any is written
+        out = {}
+        for p in plans:
+            if args.write:
+                plan.write(p, Path(args.write) / p["lab"])
+            p.pop("_dataset_lines", None)
+            out[p["lab"]] = p
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return 0
     if args.cmd == "inject-rate":
         print(f"{inject_rate(args.probe, args.after_events):.6f}")
@@ -83,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "judge":
         from analysis.labs import judge, report
 
-        doc = judge.judge(args.lab_dir)
+        doc = judge.judge(args.lab_dir, args.started_at)
         path = report.build(Path(args.lab_dir).parent)
         print(f"{doc['lab']} ({doc['engine']}): {doc['verdict']}: {doc['reason']}")
         print(f"report: {path}")

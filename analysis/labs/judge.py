@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from analysis.atomic import write_json
 from analysis.evidence import events, startup
 from analysis.labs import figures, verdicts
-from analysis.labs.load import Variant, read_lab
+from analysis.labs.load import Variant, read_lab, read_plan
 
 LAB_SCHEMA = "quickmap.labs.lab/1"
 # Labs with a picture (analysis/labs/plots.py); the others' judgement never imports matplotlib.
@@ -181,10 +183,24 @@ def _setup(plan: dict[str, Any], variants: dict[str, Variant]) -> dict[str, Any]
     }
 
 
-def _wall_s(lab_dir: Path, plan: dict[str, Any]) -> float | None:
-    """Seconds from the plan to the last file a variant wrote (its server log at stop): the lab's wall
-    time without this judgement, the same however often the lab is judged again."""
-    start = plan.get("planned_at_epoch_s")
+def _started_at(lab_dir: Path, plan: dict[str, Any], given: float | None) -> float | None:
+    """When the lab started: as the role says, else as an earlier judgement recorded, else its plan."""
+    if given is not None:
+        return given
+    old = lab_dir / "lab.json"
+    if old.is_file():
+        try:
+            prev = orjson.loads(old.read_bytes()).get("started_at_epoch_s")
+        except orjson.JSONDecodeError:
+            prev = None
+        if isinstance(prev, int | float):
+            return float(prev)
+    return plan.get("planned_at_epoch_s")
+
+
+def _wall_s(lab_dir: Path, start: float | None) -> float | None:
+    """Seconds from the lab's start to the last file a variant wrote (its server log at stop): the lab's
+    wall time without this judgement, the same however often the lab is judged again."""
     if not start:
         return None
     last = max(
@@ -198,9 +214,10 @@ def _wall_s(lab_dir: Path, plan: dict[str, Any]) -> float | None:
     return round(last - start, 1) if last else None
 
 
-def judge(lab_dir: str | Path) -> dict[str, Any]:
+def judge(lab_dir: str | Path, started_at: float | None = None) -> dict[str, Any]:
     """Write LAB_DIR/lab.json (and its plots) and return it."""
     lab_dir = Path(lab_dir)
+    started_at = _started_at(lab_dir, read_plan(lab_dir), started_at)
     plan, variants = read_lab(lab_dir)
     lab, engine = plan["lab"], plan["engine"]
     th = verdicts.thresholds(plan.get("thresholds"))
@@ -250,7 +267,8 @@ def judge(lab_dir: str | Path) -> dict[str, Any]:
         "evidence": evidence,
         "pitfalls": _pitfalls(lab, engine, variants, fig, plan["workload"]),
         "thresholds": th,
-        "wall_s": _wall_s(lab_dir, plan),
+        "started_at_epoch_s": started_at,
+        "wall_s": _wall_s(lab_dir, started_at),
     }
     doc["plots"] = []
     if lab in PLOTTED:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,8 @@ def test_check_prints_every_variants_command_and_starts_nothing(tmp_path, engine
     assert scripts == [engine] * want
     for lab, d in DEFAULTS["labs_definitions"].items():
         for v in d[engine]["variants"]:
-            flags = " ".join(v["args"]).replace('"', '\\"')
+            # the words as the engine template quotes them, as they appear inside the printed JSON
+            flags = " ".join(shlex.quote(a) for a in v["args"]).replace('"', '\\"')
             assert flags in out, (lab, v["name"], flags)
             runs = re.findall(rf"# quickmap lab {lab}, variant {v['name']}, run (\w+)", out)
             assert len(runs) == len(set(runs)), (lab, runs)
