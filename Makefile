@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# The node-side client: one file, standard library + its HTTP client, no install step.
+# The node-side client: one file, standard library + its HTTP client, no install step. And the
+# node-side calibration (enginesim.calibrate, run by the engine image's python, which has torch).
 zipapp: $(STAMP)
 	$(PY) -m loadgen.build_zipapp build/loadgen.pyz
+	$(PY) -m enginesim.calibrate.zipapp build/calibrate.pyz
 
 # Debian packages the multi-host test rig needs (sshd, ip). Installed only when missing, only as root.
 system-deps:

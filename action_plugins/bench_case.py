@@ -100,6 +100,8 @@ class ActionModule(ActionBase):
             self._bring(args, [args["result_file"]])
             if "started_at" in ran:
                 final_meta.update(started_at=ran["started_at"], ended_at=ran["ended_at"])
+            if args["min_output_fraction"] != 1.0:  # resume and summarize judge by the same rule
+                final_meta["min_output_fraction"] = args["min_output_fraction"]
             state.write_case(ctrl_dir, "completed", final_meta)
             result["msg"] = ran.get("msg", "")
         else:

@@ -2,7 +2,8 @@
 
 Imports are lazy: the state subcommands (write-case, case-done, check-bench, ...) run once per
 case from Ansible and must start fast, so numpy/matplotlib/scipy load only for ``summarize``.
-Exit codes: 0 ok, 1 "not done / check failed" (with one line saying why), 2 bad input.
+Exit codes: 0 ok, 1 "not done / check failed" (with one line saying why), 2 bad input, 3 (summarize
+only) the report was written but some result files could not be read (they are listed in it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer > 0") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"got {value}, expected an integer > 0")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number 0 < f <= 1") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"got {value:g}, expected a number 0 < f <= 1")
     return value
 
 
@@ -70,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--expect-requests", required=True, type=_positive_int)
     s.add_argument("--expect-output-len", type=_positive_int, default=None)
+    s.add_argument(
+        "--min-output-fraction",
+        type=_fraction,
+        default=1.0,
+        help="share of completed requests that must reach the OSL (bench_case's min_output_fraction)",
+    )
 
     s = sub.add_parser("case-done", help="resume test: meta completed AND bench.json complete")
     s.add_argument("case_dir")
@@ -77,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("check-overlap", help="A/B proof: the injection landed in the background's main phase")
     s.add_argument("rep_dir", help="mixed/rep<N> (holds decode_background/ and prefill_injection/)")
+    s.add_argument(
+        "--not-sent",
+        default=None,
+        metavar="REASON",
+        help="the injection was not sent (why): no overlap, both roles failed, no result read",
+    )
 
     s = sub.add_parser("summarize", help="summary.csv/jsonl, aggregate.csv, report.md, plots/")
     s.add_argument("run_dir")
@@ -104,10 +127,13 @@ def _run(args: argparse.Namespace) -> int:
             print(scenarios.format_table(cases))
         return 0
     if cmd == "summarize":
-        from analysis.summarize import summarize
+        from analysis.summarize import summarize_run
 
-        print(summarize(args.run_dir))
-        return 0
+        done = summarize_run(args.run_dir)
+        print(done.message)
+        for path, why in done.unreadable:
+            print(f"summarize: unreadable result {path}: {why}", file=sys.stderr)
+        return 3 if done.unreadable else 0
 
     from analysis import state
 
@@ -145,9 +171,11 @@ def _run(args: argparse.Namespace) -> int:
     if cmd == "check-overlap":
         from analysis.overlap import check_overlap
 
-        code, msg = check_overlap(args.rep_dir)
+        code, msg = check_overlap(args.rep_dir, args.not_sent)
     elif cmd == "check-bench":
-        code, msg = state.check_bench(args.file, args.expect_requests, args.expect_output_len)
+        code, msg = state.check_bench(
+            args.file, args.expect_requests, args.expect_output_len, args.min_output_fraction
+        )
     elif cmd == "case-done":
         code, msg = state.case_done(args.case_dir, args.expect_requests)
     else:  # pragma: no cover - argparse rejects unknown subcommands

@@ -1,4 +1,5 @@
-"""Atomic file writes: a temp file in the destination directory, fsync, then ``os.replace``.
+"""Atomic writes for analysis: the one implementation in ``module_utils/atomic_write.py`` (temp file in
+the destination directory, fsync, ``os.replace``), with the modes and serialisation analysis wants.
 
 A reader (or a resumed playbook) therefore sees either the old file or the new one, never a torn
 one; if anything fails before the rename the temp file is removed and the old file is untouched.
@@ -6,15 +7,14 @@ one; if anything fails before the rename the temp file is removed and the old fi
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from analysis.errors import InputError
+from module_utils.atomic_write import atomic_write_bytes
 
 
 def _umask() -> int:
@@ -29,20 +29,7 @@ _PUBLIC_MODE = 0o666 & ~_umask()
 
 def write_bytes(path: str | Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (creating parent directories)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _PUBLIC_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(str(path), data, mode=_PUBLIC_MODE)
 
 
 def write_text(path: str | Path, text: str) -> None:

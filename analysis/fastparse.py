@@ -53,6 +53,10 @@ class Ragged:
     def __len__(self) -> int:
         return len(self.lens)
 
+    def all_finite(self) -> bool:
+        """No NaN or Infinity among the values (the case verdict's non-finite rule)."""
+        return bool(np.isfinite(self.flat).all())
+
     def tolist(self) -> list[list[float]]:
         """The rows as Python lists (tests and debugging; not used on the hot path)."""
         ends = np.cumsum(self.lens)

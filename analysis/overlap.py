@@ -16,6 +16,7 @@ import orjson
 from analysis import state
 from analysis.atomic import read_json_object, write_json
 from analysis.errors import InputError
+from module_utils.verdicts import judge_overlap
 
 BACKGROUND, INJECTION = "decode_background", "prefill_injection"
 
@@ -61,21 +62,35 @@ def _add_evidence(case_dir: Path, fields: dict[str, Any]) -> None:
     write_json(meta_path, state.redact(meta))
 
 
-def check_overlap(rep_dir: str | Path) -> tuple[int, str]:
-    """Exit code and message; on no overlap both roles' metas are marked failed with the evidence."""
+def _fail_both(rep: Path, reason: str, evidence: dict[str, Any]) -> None:
+    for role in (BACKGROUND, INJECTION):
+        _add_evidence(rep / role, {**evidence, "overlap_proved": False})
+        state.mark_case_failed(rep / role, "BACKGROUND_FINISHED_BEFORE_INJECTION", reason)
+
+
+def check_overlap(rep_dir: str | Path, not_sent: str | None = None) -> tuple[int, str]:
+    """Exit code and message; on no overlap both roles' metas are marked failed with the evidence.
+
+    ``not_sent``: the mixed role decided not to send the injection (the background had left its main
+    phase when it was due) and says why; the verdict is then "no overlap" without reading any result.
+    """
     rep = Path(rep_dir)
+    if not_sent is not None:
+        verdict = judge_overlap(None, None, None)
+        reason = f"{verdict['detail']}: {not_sent}"
+        _fail_both(rep, reason, {})
+        return 1, f"no overlap: {reason}"
     bg_path, inj_path = rep / BACKGROUND / "bench.json", rep / INJECTION / "bench.json"
     start, end = main_window(_load(bg_path), bg_path)
     sent = injection_sent(_load(inj_path), inj_path)
     evidence = {"background_main_start_epoch_s": start, "background_main_end_epoch_s": end}
-    if start <= sent <= end:
+    verdict = judge_overlap(start, end, sent)
+    if verdict["overlap"]:
         fields = {**evidence, "injection_sent_epoch_s": sent, "overlap_proved": True}
         for role in (BACKGROUND, INJECTION):
             _add_evidence(rep / role, fields)
-        return 0, f"overlap: injection sent {sent - start:.3f} s into a {end - start:.3f} s main phase"
-    where = "before the background's main phase began" if sent < start else "after it ended"
+        return 0, f"overlap: {verdict['detail']}"
+    where = "before the background's main phase began" if verdict["where"] == "before" else "after it ended"
     reason = f"injection sent at {sent:.3f}, {where} (main phase {start:.3f} .. {end:.3f})"
-    for role in (BACKGROUND, INJECTION):
-        _add_evidence(rep / role, {**evidence, "injection_sent_epoch_s": sent, "overlap_proved": False})
-        state.mark_case_failed(rep / role, "BACKGROUND_FINISHED_BEFORE_INJECTION", reason)
+    _fail_both(rep, reason, {**evidence, "injection_sent_epoch_s": sent})
     return 1, f"no overlap: {reason}"

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from analysis.errors import InputError
+from module_utils.bench_file import detect_format, gather_records, sglang_summary_complete
 
 _SENTINELS = {
     "__qm_Infinity__": math.inf,
@@ -34,9 +35,6 @@ _SENTINELS = {
 _VALUE_BEFORE = b":[,"
 _VALUE_AFTER = b",]}"
 _WS = b" \t\r\n"
-
-# Keys that make an object look like a benchmark result (used to pick the line in a log).
-RESULT_KEYS = ("completed", "schema", "duration", "mean_ttft_ms", "request_throughput")
 
 
 class Loaded:
@@ -104,6 +102,23 @@ def nonfinite_value(value: Any) -> Any:
     return _SENTINELS.get(value, value) if isinstance(value, str) else value
 
 
+def all_finite(values: Any) -> bool:
+    """True when every number in ``values`` is finite: a (nested) list, or an array object with its own
+    ``all_finite()`` (``fastparse.Ragged``). The sentinel strings of Infinity/NaN count as non-finite;
+    None, bools and other text are not numbers and pass. The judge's ``finite`` for callers without
+    numpy (the state subcommands)."""
+    check = getattr(values, "all_finite", None)
+    if check is not None:
+        return bool(check())
+    if isinstance(values, float):
+        return math.isfinite(values)
+    if isinstance(values, str):
+        return values not in _SENTINELS
+    if isinstance(values, list):
+        return all(map(all_finite, values))
+    return True
+
+
 def _restore(obj: Any) -> Any:
     """Map sentinel strings back to floats in top-level and nested dict values (not big lists)."""
     if isinstance(obj, dict):
@@ -150,8 +165,6 @@ def parse_json_bytes(data: bytes) -> Any:
 _SGLANG_DETAIL_START = b', "input_lens": ['
 _SGLANG_OUTPUT_LENS = b'"output_lens": ['
 _SGLANG_ERRORS = b'"errors": ['
-SUMMARY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
-SUMMARY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")  # what readers.py takes from SGLang
 
 
 def load_sglang_summary(path: str | Path) -> Loaded | None:
@@ -193,11 +206,7 @@ def load_sglang_summary(path: str | Path) -> Loaded | None:
         return None
     if not isinstance(head, dict) or not isinstance(tail, dict) or not isinstance(output_lens, list):
         return None
-    if "server_info" not in head and "total_output_tokens_retokenized" not in head:
-        return None
-    if any(
-        not isinstance(head.get(f"{s}_{m}_ms"), int | float) for s in SUMMARY_STATS for m in SUMMARY_METRICS
-    ):
+    if not sglang_summary_complete(head):
         return None
     errors = tail.get("errors")
     if not isinstance(errors, list) or len(errors) != len(output_lens):
@@ -205,10 +214,6 @@ def load_sglang_summary(path: str | Path) -> Loaded | None:
     head["output_lens"] = output_lens
     head["errors"] = errors
     return Loaded(head, path, "jsonl-summary", 1, 1)
-
-
-def _looks_like_result(obj: Any) -> bool:
-    return isinstance(obj, dict) and any(k in obj for k in RESULT_KEYS)
 
 
 def load_result(path: str | Path, parse: Callable[[bytes], Any] | None = None) -> Loaded:
@@ -236,7 +241,11 @@ def load_result(path: str | Path, parse: Callable[[bytes], Any] | None = None) -
     else:
         if not isinstance(obj, dict):
             raise InputError(path, None, f"expected a JSON object, got a JSON {type(obj).__name__}")
-        return Loaded(obj, path, "json", 1, None)
+        fmt = detect_format(obj)
+        if fmt == "aiperf_record":  # AIPerf's per-request JSONL holding one request
+            obj = gather_records([obj]) or obj
+        runs = len(obj["benchmarks"]) if fmt == "guidellm" else 1
+        return Loaded(obj, path, "json", runs, None)
     return _load_lines(path, data, whole_err, parse)
 
 
@@ -261,6 +270,9 @@ def _load_lines(path: Path, data: bytes, whole_err: str, parse: Callable[[bytes]
             if not isinstance(obj, dict):
                 raise InputError(path, f"line {lineno}", "expected a JSON object per line")
             objs.append((lineno, obj))
+        records = gather_records([obj for _, obj in objs])
+        if records is not None:  # AIPerf's per-request JSONL: the lines are one run, not several
+            return Loaded(records, path, "jsonl", 1, None)
         lineno, obj = objs[-1]
         return Loaded(obj, path, "jsonl", len(objs), lineno)
     # A log: the first line that parses as a result object.
@@ -278,7 +290,7 @@ def _load_lines(path: Path, data: bytes, whole_err: str, parse: Callable[[bytes]
             continue
         if first_any is None:
             first_any = (lineno, obj)
-        if _looks_like_result(obj):
+        if detect_format(obj) not in (None, "aiperf_record"):
             count += 1
             if chosen is None:
                 chosen = (lineno, obj)
@@ -287,6 +299,8 @@ def _load_lines(path: Path, data: bytes, whole_err: str, parse: Callable[[bytes]
         if data.lstrip().startswith(b"{"):
             raise InputError(path, None, f"invalid or truncated JSON ({whole_err}); expected one JSON object")
         raise InputError(
-            path, None, "no line holds a JSON result object; expected loadgen/SGLang/vLLM result JSON"
+            path,
+            None,
+            "no line holds a JSON result object; expected a loadgen, SGLang, vLLM, guidellm or AIPerf result",
         )
     return Loaded(chosen[1], path, "log", max(count, 1), chosen[0])

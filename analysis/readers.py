@@ -24,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from analysis import adapters
 from analysis.errors import InputError
 from analysis.fastparse import Ragged, parse_document
-from analysis.formats import as_int, detect_format
-from analysis.rawload import Loaded, load_result, load_sglang_summary, nonfinite_value
+from analysis.rawload import Loaded, all_finite, load_result, load_sglang_summary, nonfinite_value
+from analysis.values import as_int
+from module_utils.bench_file import detect_format, summarize
 
 # itl = per-token ITL (each event gap split over its tokens); itl_event = one sample per content
 # event. SGLang's (native backend) ITL is per token, vLLM's per streamed chunk, loadgen writes both.
@@ -44,9 +46,19 @@ _TOOL_NAMES = {
     },
     "sglang": {"ttft": ("ttft",), "tpot": ("tpot",), "itl": ("itl",), "itl_event": (), "e2e": _E2E},
     "vllm": {"ttft": ("ttft",), "tpot": ("tpot",), "itl": (), "itl_event": ("itl",), "e2e": _E2E},
+    # adapters.py writes these under our own names, only where the definitions match
+    "guidellm": {"ttft": ("ttft",), "tpot": ("tpot",), "itl": (), "itl_event": (), "e2e": _E2E},
+    "aiperf": {"ttft": ("ttft",), "tpot": ("tpot",), "itl": (), "itl_event": ("itl_event",), "e2e": _E2E},
 }
-# Which metric a client's `itls` arrays (seconds) describe.
-_ITLS_ARE = {"loadgen": "itl", "sglang": "itl", "vllm": "itl_event"}
+_TOOL_NAMES["aiperf_records"] = _TOOL_NAMES["aiperf"]
+# Which metric a client's `itls` arrays (seconds) describe (AIPerf's: its per-chunk latencies).
+_ITLS_ARE = {"loadgen": "itl", "sglang": "itl", "vllm": "itl_event", "guidellm": None,
+             "aiperf": "itl_event", "aiperf_records": "itl_event"}  # fmt: skip
+_ADAPTERS = {
+    "guidellm": adapters.guidellm,
+    "aiperf": adapters.aiperf,
+    "aiperf_records": adapters.aiperf_records,
+}
 
 # (output name, candidate keys, factor to the output unit)
 _SCALARS: tuple[tuple[str, tuple[str, ...], float], ...] = (
@@ -107,6 +119,18 @@ def row_sums(flat: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return sums
 
 
+def all_numbers_finite(values: Any) -> bool:
+    """The case judge's non-finite test, vectorised: a list of numbers goes through numpy at once."""
+    if isinstance(values, list) and values and not isinstance(values[0], list):
+        if None in values:  # numpy would read None as NaN; None is "no value", not a non-finite one
+            values = [v for v in values if v is not None]
+        try:
+            return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
+        except (TypeError, ValueError):  # the sentinel strings of Infinity/NaN, or text
+            pass
+    return all_finite(values)
+
+
 def describe(values: np.ndarray) -> dict[str, float]:
     """mean, median, std (population), p50/p90/p95/p99 with numpy's linear interpolation."""
     a = values[np.isfinite(values)]
@@ -146,10 +170,17 @@ class BenchData:
         self.first_send_epoch_s: float | None = None
         self.timeline: tuple[np.ndarray, np.ndarray] | None = None  # (epoch s, per-token ITL ms)
         self.per_request_arrays = "absent"  # present | absent | not decoded (client summary complete)
+        self.client = fmt  # the writer as it names itself (e.g. "guidellm 0.8.1"), else the format
+        self.facts: dict[str, Any] = {}  # module_utils.bench_file.summarize: what the case judge reads
+        self.requests: dict[str, np.ndarray] | None = None  # per-request columns (want_requests)
 
     def row(self) -> dict[str, Any]:
         """Flat dict for summary.csv/jsonl."""
-        out: dict[str, Any] = {"source_format": self.format, "runs_in_file": self.runs_in_file}
+        out: dict[str, Any] = {
+            "source_format": self.format,
+            "source_client": self.client,
+            "runs_in_file": self.runs_in_file,
+        }
         out.update(self.scalars)
         out.update(self.stats)
         out.update({f"{m}_source": self.sources.get(m, "missing") for m in METRICS})
@@ -171,10 +202,12 @@ class _Arrays:
     def _column(self, key: str) -> np.ndarray | None:
         if self.records is None or not self.records:
             return None
+        values = [r.get(key) if isinstance(r, dict) else None for r in self.records]
         try:
-            col = np.array(
-                [r.get(key) if isinstance(r, dict) else None for r in self.records], dtype=np.float64
-            )
+            try:
+                col = np.array(values, dtype=np.float64)
+            except ValueError:  # Infinity/NaN the sentinel rewrite left as strings in the records
+                col = np.array([nonfinite_value(v) for v in values], dtype=np.float64)
         except (TypeError, ValueError):
             raise InputError(self.path, f"field 'requests[].{key}'", "expected numbers or null") from None
         return None if np.isnan(col).all() else col
@@ -205,6 +238,12 @@ class _Arrays:
         elif isinstance(self.obj.get("output_lens"), list) and self.obj["output_lens"]:
             lens = self._float_list("output_lens", 1.0)
             mask = lens > 0 if lens is not None else None
+        elif self.fmt == "vllm" and _num(self.obj.get("failed")):
+            # vLLM without --save-detailed still writes `latencies` for every request, 0.0 for a
+            # failed one (its default): without this mask the failures would pull E2E down.
+            lat = self._float_list("latencies", 1.0)
+            n = (_num(self.obj.get("completed")) or 0) + (_num(self.obj.get("failed")) or 0)
+            mask = lat > 0 if lat is not None and len(lat) == n else None
         self._cache["success"] = mask
         return mask
 
@@ -273,7 +312,9 @@ class _Arrays:
     def tpot(self) -> np.ndarray | None:
         if "tpot" in self._cache:
             return self._cache["tpot"]
-        col = self._ok(self._column("tpot_ms")) if self.records else None
+        col = (
+            self._ok(self._column("tpot_ms")) if self.records else self._ok(self._float_list("_tpot_ms", 1.0))
+        )
         if col is None:
             e2e, ttft, out = self.e2e_tool(), self.ttft(), self.output_lens()
             if e2e is not None and ttft is not None and out is not None and len(e2e) == len(ttft) == len(out):
@@ -307,7 +348,7 @@ def _fill_stats(data: BenchData, obj: dict[str, Any], arrays: _Arrays) -> None:
         recomputed: dict[str, float] = {}
         if missing:
             if metric in ("itl", "itl_event"):
-                itls = arrays.itls() if _ITLS_ARE[data.format] == metric else None
+                itls = arrays.itls() if _ITLS_ARE.get(data.format) == metric else None
                 values = itls[0] if itls is not None else None
             else:
                 values = getters[metric]()
@@ -354,16 +395,27 @@ def _timeline(obj: dict[str, Any], data: BenchData, path: Path) -> None:
     data.timeline = (epoch[keep], per_token[keep])
 
 
-def normalise(loaded: Loaded, want_requests: bool = False) -> BenchData:
-    """Turn a loaded result object into BenchData; ``want_requests`` keeps per-request arrays."""
-    obj, path = loaded.obj, loaded.path
-    fmt = detect_format(obj)
-    if fmt is None:
+def normalise(loaded: Loaded, want_requests: bool = False, details: Loaded | None = None) -> BenchData:
+    """Turn a loaded result object into BenchData; ``want_requests`` keeps per-request arrays.
+
+    ``details``: AIPerf's per-request JSONL of the same run as an AIPerf summary (``discover`` pairs
+    them), so its figures come from the summary and its arrays from the records.
+    """
+    raw, path = loaded.obj, loaded.path
+    fmt = detect_format(raw)
+    if fmt is None or fmt == "aiperf_record":
         where = f"line {loaded.line}" if loaded.line else None
         raise InputError(
-            path, where, "not a recognised result (expected quickmap.loadgen/1, SGLang or vLLM keys)"
+            path,
+            where,
+            "not a recognised result (expected quickmap.loadgen/1, SGLang, vLLM, guidellm or AIPerf keys)",
         )
     data = BenchData(path, fmt, loaded.layout, loaded.runs_in_file)
+    data.facts = summarize(raw, fmt, all_numbers_finite)
+    obj = _ADAPTERS[fmt](raw) if fmt in _ADAPTERS else raw
+    if details is not None and fmt == "aiperf" and detect_format(details.obj) == "aiperf_records":
+        obj = adapters.attach_records(obj, details.obj)
+    data.client = str(obj.get("_client") or _client_name(raw, fmt))
     for name, keys, factor in _SCALARS:
         val = next((v for k in keys if (v := _num(obj.get(k))) is not None), None)
         data.scalars[name] = val * factor if val is not None else None
@@ -409,24 +461,90 @@ def normalise(loaded: Loaded, want_requests: bool = False) -> BenchData:
         data.ttft_ms, data.tpot_ms, data.e2e_ms = arrays.ttft(), arrays.tpot(), arrays.e2e()
         if fmt == "loadgen":
             _timeline(obj, data, path)
+        data.requests = request_columns(obj, fmt, arrays)
     return data
+
+
+def _client_name(obj: dict[str, Any], fmt: str) -> str:
+    tool = obj.get("tool")
+    if fmt == "loadgen" and isinstance(tool, dict) and tool.get("version"):
+        return f"loadgen {tool['version']}"
+    return fmt
+
+
+# loadgen's per-request record fields that become DataFrame columns (analysis.load_requests)
+_LOADGEN_FIELDS = ("index", "scheduled_s", "send_s", "queue_time_ms", "schedule_lag_ms", "ttft_ms", "e2e_ms",
+                   "tpot_ms", "input_tokens", "output_tokens", "tokens_source", "success", "error_class",
+                   "error", "http_status")  # fmt: skip
+
+
+def request_columns(obj: dict[str, Any], fmt: str, arrays: _Arrays) -> dict[str, np.ndarray] | None:
+    """One entry per request (failed ones included, their latencies NaN), as equal-length columns."""
+    if fmt == "loadgen" and arrays.records:
+        recs = arrays.records
+        cols = {k: np.array([r.get(k) if isinstance(r, dict) else None for r in recs], dtype=object)
+                for k in _LOADGEN_FIELDS}  # fmt: skip
+        t0 = _num(obj.get("t0_epoch_s"))
+        send = cols["send_s"]
+        cols["send_epoch_s"] = np.array(
+            [t0 + float(v) if t0 is not None and _num(v) is not None else math.nan for v in send]
+        )
+        return cols
+    mask = arrays.success()
+    n = len(mask) if mask is not None else None
+    raw = {
+        "ttft_ms": arrays._float_list("ttfts", 1000.0),
+        "e2e_ms": arrays._float_list("latencies", 1000.0),
+        "tpot_ms": arrays._float_list("_tpot_ms", 1.0),
+        "input_tokens": arrays._float_list("input_lens", 1.0),
+        "output_tokens": arrays._float_list("output_lens", 1.0),
+    }
+    itls = obj.get("itls")
+    if raw["e2e_ms"] is None and raw["ttft_ms"] is not None and isinstance(itls, Ragged | list) and len(itls):
+        flat, lens = (itls.flat, itls.lens) if isinstance(itls, Ragged) else ragged(itls, Path(), "itls")
+        if len(lens) == len(raw["ttft_ms"]):
+            raw["e2e_ms"] = raw["ttft_ms"] + row_sums(flat, lens) * 1000.0
+    if raw["tpot_ms"] is None and raw["e2e_ms"] is not None and raw["ttft_ms"] is not None:
+        out = raw["output_tokens"]
+        if out is not None and len(out) == len(raw["e2e_ms"]):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                raw["tpot_ms"] = np.where(out > 1, (raw["e2e_ms"] - raw["ttft_ms"]) / (out - 1), np.nan)
+    present = {k: v for k, v in raw.items() if v is not None}
+    if n is None:
+        n = len(next(iter(present.values()))) if present else 0
+    if n == 0 or any(len(v) != n for v in present.values()):
+        return None  # no per-request data, or arrays that do not line up (summary-only files)
+    cols: dict[str, np.ndarray] = {"index": np.arange(n)}
+    ok = mask if mask is not None else np.ones(n, dtype=bool)
+    cols["success"] = ok
+    for key, values in present.items():
+        cols[key] = np.where(ok, values, np.nan) if key.endswith("_ms") else values
+    errors = obj.get("errors")
+    if isinstance(errors, list) and len(errors) == n:
+        cols["error"] = np.array([e or None for e in errors], dtype=object)
+    meta = obj.get("_request_meta") or {}
+    starts = meta.get("start_epoch_s")
+    if isinstance(starts, list) and len(starts) == n:
+        cols["send_epoch_s"] = np.array([v if v is not None else math.nan for v in starts], dtype=np.float64)
+    return cols
 
 
 FULL_DECODE_ENV = "QUICKMAP_ANALYSIS_FULL_DECODE"
 
 
-def read_bench(path: str | Path, want_requests: bool = False) -> BenchData:
+def read_bench(path: str | Path, want_requests: bool = False, details: str | Path | None = None) -> BenchData:
     """Load and normalise one result file (InputError on anything malformed).
 
     Without ``want_requests`` a complete SGLang summary is taken without decoding its per-request
     arrays (see :func:`analysis.rawload.load_sglang_summary`); set QUICKMAP_ANALYSIS_FULL_DECODE=1
-    to always decode everything.
+    to always decode everything. ``details``: AIPerf's per-request JSONL beside its summary.
     """
-    if not want_requests and os.environ.get(FULL_DECODE_ENV) != "1":
+    if not want_requests and details is None and os.environ.get(FULL_DECODE_ENV) != "1":
         fast = load_sglang_summary(path)
         if fast is not None:
             return normalise(fast, False)
-    return normalise(load_result(path, parse_document), want_requests)
+    extra = load_result(details, parse_document) if details is not None else None
+    return normalise(load_result(path, parse_document), want_requests, extra)
 
 
 def count_int(value: float | None) -> int | None:

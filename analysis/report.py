@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from analysis import clients
+
 DEFINITIONS = """\
 - **TTFT** = first content-bearing event − request send. **E2E** = last content event − send.
 - **TPOT** per request = (E2E − TTFT)/(output_tokens − 1); statistics are over the per-request values.
@@ -83,6 +85,7 @@ def render(
     ab: list[dict[str, Any]],
     ab_info: dict[str, Any],
     plots: list[str],
+    unreadable: list[tuple[str, str]] | None = None,
 ) -> str:
     L: list[str] = [f"# quickmap report: run `{manifest.get('run_id') or run_dir.name}`", ""]
     git = manifest.get("git") or {}
@@ -135,6 +138,10 @@ def render(
         + f" (of {len(rows)} repetition directories)"
     )
     L.append("")
+    if unreadable:
+        L.append(f"**{len(unreadable)} result file(s) could not be read** (not summarised; exit status 3):")
+        L += [f"- `{path}`: {why}" for path, why in unreadable]
+        L.append("")
     unknown = [r for r in rows if r["status"] == "unknown"]
     if unknown:
         L.append(
@@ -167,7 +174,11 @@ def render(
     lookup: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for a in agg:
         lookup.setdefault((a["suite"], a["case_id"], a["role"]), {})[a["metric"]] = a
-    for suite, title in (("fixed", "Fixed cases"), ("mixed", "Mixed runs, per role")):
+    for suite, title in (
+        ("fixed", "Fixed cases"),
+        ("files", "Result files"),
+        ("mixed", "Mixed runs, per role"),
+    ):
         keys = [k for k in lookup if k[0] == suite]
         if not keys:
             continue
@@ -242,6 +253,14 @@ def render(
 
     # ---- definitions, plots
     L += ["## Metric definitions", "", DEFINITIONS, ""]
+    client_table = clients.definitions_table(sorted({str(r.get("source_format")) for r in rows}))
+    if client_table:
+        L += [
+            "Clients in this run, per column (`=` same definition, `≈` same quantity measured at a "
+            "slightly different point, `—` not available; aggregates never pool two clients):",
+            "",
+        ]
+        L += [*client_table, ""]
     if plots:
         L += ["## Plots", ""]
         L += [f"![{Path(p).stem}]({p})" for p in plots]

@@ -17,8 +17,10 @@ import orjson
 
 from analysis.atomic import read_json_object, write_json
 from analysis.errors import InputError
-from analysis.formats import as_int, counts, detect_format
-from analysis.rawload import Loaded, load_result, load_sglang_summary
+from analysis.rawload import Loaded, all_finite, load_result, load_sglang_summary
+from analysis.values import as_int
+from module_utils.bench_file import detect_format, summarize
+from module_utils.verdicts import judge_case
 
 _RESERVED = {"status", "history"}
 _INT_KEYS = {"rep", "isl", "osl", "concurrency", "num_prompts", "warmup"}
@@ -278,48 +280,49 @@ def complete_manifest(run_dir: str | Path, status: str) -> str:
 # ---------------------------------------------------------------- checks
 
 
-def check_loaded(loaded: Loaded, expect: int, expect_osl: int | None) -> str | None:
-    """None when the result shows ``expect`` completed requests (and full outputs); else the reason."""
-    obj = loaded.obj
-    fmt = detect_format(obj)
-    if fmt is None:
+def judge_loaded(
+    loaded: Loaded, expect: int | None, expect_osl: int | None, min_output_fraction: float = 1.0
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(facts, verdict) of a loaded result by the one case judge (``module_utils/verdicts.py``)."""
+    fmt = detect_format(loaded.obj)
+    if fmt is None or fmt == "aiperf_record":
         raise InputError(
             loaded.path,
             f"line {loaded.line}" if loaded.line else None,
-            "not a recognised result (expected quickmap.loadgen/1, SGLang or vLLM keys such as 'completed')",
+            "not a recognised result (expected quickmap.loadgen/1, SGLang, vLLM, guidellm or AIPerf keys "
+            "such as 'completed')",
         )
-    c = counts(obj)
-    if fmt == "loadgen" and c["complete"] is not True:
-        return f"{loaded.path}: run did not finish (complete={c['complete']!r})"
-    completed = c["completed"]
-    if completed is None:
-        return f"{loaded.path}: field 'completed' missing or not an integer"
-    if completed != expect:
-        failed = c["failed"]
-        extra = f", {failed} failed" if failed else ""
-        return f"{loaded.path}: {completed} completed requests{extra}, expected {expect}"
-    if expect_osl is not None:
-        lens = c["output_lens"]
-        if lens:
-            short = [n for n in lens if n < expect_osl]
-            if short:
-                return (
-                    f"{loaded.path}: {len(short)} of {len(lens)} requests produced fewer than {expect_osl} "
-                    f"output tokens (min {min(short)})"
-                )
-        elif c["total_output_tokens"] is not None and c["total_output_tokens"] < expect * expect_osl:
-            return (
-                f"{loaded.path}: total_output_tokens {c['total_output_tokens']} < "
-                f"{expect} requests x {expect_osl} tokens"
-            )
-    return None
+    facts = summarize(loaded.obj, fmt, all_finite)
+    return facts, judge_case(facts, expect, expect_osl, min_output_fraction)
 
 
-def check_bench(path: str | Path, expect: int, expect_osl: int | None) -> tuple[int, str]:
+def check_loaded(
+    loaded: Loaded, expect: int, expect_osl: int | None, min_output_fraction: float = 1.0
+) -> str | None:
+    """None when the case judge passes the result; else the reason, one line naming the file."""
+    facts, verdict = judge_loaded(loaded, expect, expect_osl, min_output_fraction)
+    reason = verdict["reason"]
+    if reason is None:
+        return None
+    if reason == "count" and facts["completed"] is not None:
+        extra = f", {facts['failed']} failed" if facts["failed"] else ""
+        return f"{loaded.path}: {facts['completed']} completed requests{extra}, expected {expect}"
+    if reason == "short_output" and verdict["output_check"] == "per_request" and facts["output_lens"]:
+        lens = facts["output_lens"]
+        return (
+            f"{loaded.path}: {verdict['short']} of {len(lens)} requests produced fewer than {expect_osl} "
+            f"output tokens (min {min(lens)}; rule: at least {min_output_fraction:g} of them reach it)"
+        )
+    return f"{loaded.path}: {verdict['problem']}"
+
+
+def check_bench(
+    path: str | Path, expect: int, expect_osl: int | None, min_output_fraction: float = 1.0
+) -> tuple[int, str]:
     """(exit code, message) for ``check-bench``."""
     # A big SGLang --output-details file: counts, lengths and the tail are enough (see rawload).
     loaded = load_sglang_summary(path) or load_result(path)
-    reason = check_loaded(loaded, expect, expect_osl)
+    reason = check_loaded(loaded, expect, expect_osl, min_output_fraction)
     if reason:
         return 1, reason
     note = ""
@@ -345,9 +348,14 @@ def case_done(case_dir: str | Path, expect: int | None) -> tuple[int, str]:
             raise InputError(
                 meta_path, "field 'num_prompts'", "missing; expected an integer (or pass --expect-requests)"
             )
+    # The rules the bench_case module judged the case by: the case's OSL, the fraction it was given.
+    osl = as_int(meta.get("osl"))
+    fraction = meta.get("min_output_fraction", 1.0)
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+        raise InputError(meta_path, "field 'min_output_fraction'", f"got {fraction!r}, expected 0 < f <= 1")
     try:
         loaded = load_sglang_summary(case_dir / "bench.json") or load_result(case_dir / "bench.json")
-        reason = check_loaded(loaded, expect, None)
+        reason = check_loaded(loaded, expect, osl if osl and osl > 0 else None, float(fraction))
     except InputError as exc:
         return 1, f"{case_dir}: not done: {exc}"
     if reason:

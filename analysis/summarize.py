@@ -1,8 +1,12 @@
 """``summarize RUN_DIR``: every result file of a run → summary.csv/jsonl, aggregate.csv, ab.csv,
 report.md and plots/*.png.
 
-Everything is computed in memory first and written at the end (each file atomically), so a bad
-input file stops the command (exit 2) before anything is written.
+Everything is computed in memory first (:func:`compute`, also behind ``analysis.load_summary``) and
+written at the end, each file atomically. A structural error (a rep directory with neither file, a
+corrupt meta.json, a directory that holds no run and no result) stops the command (exit 2) before
+anything is written; a result file that cannot be read is listed in the report with its reason and
+the rest is summarised (the CLI then exits 3). Whether a case is complete and whether the A/B
+overlapped is decided by the one judge in ``module_utils/verdicts.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from analysis import atomic
 from analysis.atomic import read_json_object
 from analysis.discover import Entry, discover
 from analysis.errors import InputError
-from analysis.formats import as_int
 from analysis.readers import METRICS, STATS, BenchData, read_bench
 from analysis.stats import (
     bootstrap_pct_change_mean,
@@ -31,11 +34,13 @@ from analysis.stats import (
     pct_change,
     rep_stats,
 )
+from analysis.values import as_int
+from module_utils.verdicts import judge_case, judge_overlap
 
 SUMMARY_COLUMNS = [
     "suite", "case_id", "role", "rep", "stage", "status", "error_type", "reason", "status_note",
     "isl", "osl", "concurrency", "num_prompts", "warmup",
-    "source_format", "bench_file", "runs_in_file", "reliable", "per_request_arrays",
+    "source_format", "source_client", "bench_file", "runs_in_file", "reliable", "per_request_arrays",
     "completed", "failed", "duration_s", "total_input_tokens", "total_output_tokens",
     "request_throughput", "input_throughput", "output_throughput", "total_throughput",
     *[f"{m}_{s}_ms" for m in METRICS for s in STATS],
@@ -46,7 +51,7 @@ AGG_METRICS = [
     *[f"{m}_{s}_ms" for m in METRICS for s in ("mean", "p50", "p90", "p95", "p99")],
 ]  # fmt: skip
 AGG_COLUMNS = [
-    "suite", "case_id", "role", "stage", "isl", "osl", "concurrency", "num_prompts",
+    "suite", "case_id", "role", "source_client", "stage", "isl", "osl", "concurrency", "num_prompts",
     "n_reps", "n_unknown", "metric", "mean", "std", "cv", "ci95_low", "ci95_high",
 ]  # fmt: skip
 AB_METRICS = (
@@ -63,11 +68,14 @@ USABLE = ("completed", "unknown")
 PARALLEL_MIN_FILES = 8
 
 
-def _read_one(job: tuple[str, bool]) -> BenchData | tuple[str | None, str | None, str]:
+Job = tuple[str, bool, str | None]  # result file, want per-request arrays, AIPerf records beside it
+
+
+def _read_one(job: Job) -> BenchData | tuple[str | None, str | None, str]:
     """Worker: read one file; errors come back as plain tuples (InputError does not pickle)."""
-    path, want = job
+    path, want, details = job
     try:
-        return read_bench(path, want)
+        return read_bench(path, want, details)
     except InputError as exc:
         return (exc.path, exc.where, exc.expected)
 
@@ -93,9 +101,12 @@ def _tune_allocator() -> None:
         pass
 
 
-def _read_all(jobs: list[tuple[str, bool]]) -> list[BenchData | tuple[str | None, str | None, str]]:
+def _read_all(
+    jobs: list[Job], warm_plots: bool = True
+) -> list[BenchData | tuple[str | None, str | None, str]]:
     """Read every result file; with many files, in two worker processes (the box has 2 cores)
-    while this process imports matplotlib, which it needs next anyway."""
+    while this process imports matplotlib, which it needs next anyway (unless ``warm_plots`` is off:
+    ``load_summary`` draws nothing)."""
     workers = min(2, os.cpu_count() or 1)
     if len(jobs) < PARALLEL_MIN_FILES or workers < 2:
         return [_read_one(j) for j in jobs]
@@ -105,9 +116,10 @@ def _read_all(jobs: list[tuple[str, bool]]) -> list[BenchData | tuple[str | None
         max_workers=workers, mp_context=multiprocessing.get_context("fork"), initializer=_tune_allocator
     ) as pool:
         results = pool.map(_read_one, jobs, chunksize=max(1, len(jobs) // (workers * 4)))
-        from analysis import plots
+        if warm_plots:
+            from analysis import plots
 
-        plots.warm_up()
+            plots.warm_up()
         return list(results)
 
 
@@ -118,6 +130,7 @@ def _meta_int(meta: dict[str, Any], key: str) -> int | None:
 def _base_row(e: Entry) -> dict[str, Any]:
     m = e.meta
     status = str(m.get("status")) if m else "unknown"
+    note = "no meta.json: a result quickmap did not write; not checked against a plan"
     return {
         "suite": str(m.get("suite") or e.suite),
         "case_id": e.case_id,
@@ -127,9 +140,7 @@ def _base_row(e: Entry) -> dict[str, Any]:
         "status": status,
         "error_type": m.get("error_type") if status == "failed" else None,
         "reason": m.get("reason") if status == "failed" else None,
-        "status_note": ""
-        if m
-        else "no meta.json: a result quickmap did not write; not checked against a plan",
+        "status_note": "" if m else note,
         "isl": _meta_int(m, "isl"),
         "osl": _meta_int(m, "osl"),
         "concurrency": _meta_int(m, "concurrency"),
@@ -139,7 +150,7 @@ def _base_row(e: Entry) -> dict[str, Any]:
     }
 
 
-_COUNT_KEYS = ("completed", "failed", "total_input_tokens", "total_output_tokens")
+_COUNT_KEYS = ("completed", "failed", "total_input_tokens", "total_output_tokens", "num_prompts")
 
 
 def _fill_from_bench(row: dict[str, Any], data: BenchData) -> None:
@@ -170,21 +181,41 @@ def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
 
 
-def _verify_completed(row: dict[str, Any], data: BenchData | None) -> None:
-    """A case counts as completed only if its result holds the planned request count."""
-    if row["status"] != "completed":
+def _judge(row: dict[str, Any], entry: Entry, data: BenchData | None) -> None:
+    """The case judge on one repetition: a ``completed`` one against its plan (meta's request count,
+    OSL and output fraction, the rules its bench_case module used); a result without a plan
+    (``unknown``) only against the rules that need none (finished, finite values)."""
+    if row["status"] not in ("completed", "unknown"):
         return
-    problem = None
     if data is None:
-        problem = "no bench.json"
-    elif data.complete is False:
+        if row["status"] == "completed":
+            row.update(status="failed", error_type="BENCH_FAILED", reason="no bench.json")
+            row["status_note"] = _join(row["status_note"], "meta said completed but no bench.json")
+        return
+    planned = row["status"] == "completed"
+    fraction = entry.meta.get("min_output_fraction", 1.0)
+    fraction = float(fraction) if isinstance(fraction, int | float) and 0 < fraction <= 1 else 1.0
+    verdict = judge_case(
+        data.facts,
+        row["num_prompts"] if planned else None,
+        as_int(entry.meta.get("osl")) if planned else None,
+        fraction,
+    )
+    reason = verdict["reason"]
+    if reason is None:
+        return
+    if reason == "nonfinite":
+        row["reliable"] = False
+    got = data.facts.get("completed")
+    if reason == "incomplete":
         problem = "bench.json says complete=false"
-    elif row["num_prompts"] is not None and as_int(data.scalars.get("completed")) != row["num_prompts"]:
-        got = as_int(data.scalars.get("completed"))
+    elif reason == "count" and got is not None:
         problem = f"bench.json shows {got} completed of {row['num_prompts']} planned"
-    if problem:
-        row.update(status="failed", error_type="BENCH_FAILED", reason=problem)
-        row["status_note"] = _join(row["status_note"], f"meta said completed but {problem}")
+    else:
+        problem = str(verdict["problem"])
+    said = "meta said completed" if planned else "no meta.json"
+    row.update(status="failed", error_type="BENCH_FAILED", reason=problem)
+    row["status_note"] = _join(row["status_note"], f"{said} but {problem}")
 
 
 def _check_overlap(
@@ -221,14 +252,17 @@ def _check_overlap(
             row["status_note"] = _join(
                 row["status_note"], "overlap with the injection not verifiable (no injection time)"
             )
-        elif d is not None and d.t0_epoch_s is not None and d.main_end_s is not None:
-            end = d.t0_epoch_s + d.main_end_s
-            if t_inj >= end:
-                row.update(status="failed", error_type="BACKGROUND_FINISHED_BEFORE_INJECTION")
-                row["reason"] = f"injection sent {t_inj - end:.3f} s after the background's main phase ended"
-                row["status_note"] = _join(row["status_note"], "summarize found no overlap")
-        else:
-            row["status_note"] = _join(row["status_note"], "overlap not verifiable (no loadgen timestamps)")
+            continue
+        t0 = d.t0_epoch_s if d is not None else None
+        start = t0 + d.main_start_s if t0 is not None and d.main_start_s is not None else None
+        end = t0 + d.main_end_s if t0 is not None and d.main_end_s is not None else None
+        verdict = judge_overlap(start, end, t_inj)
+        if verdict["overlap"] is False:
+            row.update(status="failed", error_type="BACKGROUND_FINISHED_BEFORE_INJECTION")
+            row["reason"] = verdict["detail"]
+            row["status_note"] = _join(row["status_note"], "summarize found no overlap")
+        elif verdict["overlap"] is None:
+            row["status_note"] = _join(row["status_note"], verdict["detail"])
     return inject
 
 
@@ -267,11 +301,12 @@ def _workload_value(values: list[Any]) -> Any:
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Long table: one row per (suite, case, role, metric) over usable repetitions."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    # One group per client too: two clients' "TPOT" need not be the same figure (clients.py).
+    groups: dict[tuple[str, str, str, Any], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["suite"], r["case_id"], r["role"]), []).append(r)
+        groups.setdefault((r["suite"], r["case_id"], r["role"], r.get("source_client")), []).append(r)
     out: list[dict[str, Any]] = []
-    for (suite, case_id, role), members in groups.items():
+    for (suite, case_id, role, client), members in groups.items():
         usable = [r for r in members if r["status"] in USABLE and r.get("completed") is not None]
         if not usable:
             continue
@@ -279,6 +314,7 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "suite": suite,
             "case_id": case_id,
             "role": role,
+            "source_client": client,
             "n_reps": len(usable),
             "n_unknown": sum(r["status"] == "unknown" for r in usable),
         }
@@ -379,50 +415,102 @@ def _verdict(row: dict[str, Any], rep_level: bool) -> str:
     return "within noise"
 
 
-def summarize(run_dir: str | Path) -> str:
-    """Analyse a run directory; returns a one-line description of what was written."""
+class Summary:
+    """Everything ``summarize`` computes before it writes (``load_summary`` uses it too)."""
+
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], entries: list[Entry]) -> None:
+        self.run_dir = run_dir
+        self.manifest = manifest
+        self.entries = entries
+        self.rows: list[dict[str, Any]] = []
+        self.datas: dict[int, BenchData] = {}
+        self.unreadable: list[tuple[str, str]] = []  # (file, why) of results that could not be read
+        self.agg: list[dict[str, Any]] = []
+        self.ab: list[dict[str, Any]] = []
+        self.ab_info: dict[str, Any] = {}
+        self.injections: dict[int, float] = {}
+        self.message = ""
+
+
+def compute(run_dir: str | Path, want_requests: bool = False, warm_plots: bool = True) -> Summary:
+    """Read and judge every result of a run directory (or a flat directory of result files)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(run_dir, None, "run directory not found")
     manifest = read_json_object(run_dir / "manifest.json")
     entries = discover(run_dir)
+    if not entries and not (run_dir / "manifest.json").is_file():
+        raise InputError(
+            run_dir,
+            None,
+            "holds no manifest.json, no cases/ or mixed/ directory and no result file (*.json, *.jsonl, "
+            "*.log); expected a quickmap run directory or a directory of benchmark result files",
+        )
     # A run that stopped before its first case (e.g. a failed gate) still gets a report saying so.
-    jobs = [(str(e.bench), e.suite == "mixed") for e in entries if e.bench is not None]
-    results = iter(_read_all(jobs))
-    rows: list[dict[str, Any]] = []
-    datas: dict[int, BenchData] = {}
+    out = Summary(run_dir, manifest, entries)
+    jobs: list[Job] = [
+        (str(e.bench), want_requests or e.suite == "mixed", str(e.details) if e.details else None)
+        for e in entries
+        if e.bench is not None
+    ]
+    results = iter(_read_all(jobs, warm_plots))
     for i, e in enumerate(entries):
         row = _base_row(e)
+        if e.suite == "files":
+            row.update(suite="files", stage="", status_note="a result file in a flat directory (no plan)")
         data: BenchData | None = None
         if e.bench is not None:
             res = next(results)
             if isinstance(res, tuple):
                 err = InputError(*res)
                 if row["status"] in ("completed", "unknown"):
-                    raise err
+                    out.unreadable.append((str(e.bench), err.expected))
+                    if row["status"] == "unknown":
+                        row["status"] = "unreadable"
+                    else:
+                        row.update(
+                            status="failed", error_type="BENCH_FAILED", reason=f"result unreadable: {err}"
+                        )
                 row["status_note"] = _join(row["status_note"], f"result unreadable: {err}")
             else:
                 data = res
-                datas[i] = data
+                out.datas[i] = data
                 _fill_from_bench(row, data)
-        _verify_completed(row, data)
-        rows.append(row)
-    injections = _check_overlap(rows, datas, entries)
-    agg = aggregate(rows)
-    ab, ab_info = ab_table(rows, datas)
+        _judge(row, e, data)
+        out.rows.append(row)
+    out.injections = _check_overlap(out.rows, out.datas, entries)
+    out.agg = aggregate(out.rows)
+    out.ab, out.ab_info = ab_table(out.rows, out.datas)
+    return out
 
+
+def summarize_run(run_dir: str | Path) -> Summary:
+    """Compute, then write summary.csv/jsonl, aggregate.csv, ab.csv, report.md and plots/."""
+    out = compute(run_dir)
+    run_dir = out.run_dir
     from analysis import plots, report  # matplotlib only now that the inputs are known good
 
     plot_dir = run_dir / "plots"
-    plot_files = plots.make_all(plot_dir, rows, agg, ab, entries, datas, injections)
-    text = report.render(run_dir, manifest, rows, agg, ab, ab_info, plot_files)
-    atomic.write_text(run_dir / "summary.csv", _csv(rows, SUMMARY_COLUMNS))
-    atomic.write_bytes(run_dir / "summary.jsonl", _jsonl(rows))
-    atomic.write_text(run_dir / "aggregate.csv", _csv(agg, AGG_COLUMNS))
-    atomic.write_text(run_dir / "ab.csv", _csv(ab, AB_COLUMNS))
-    atomic.write_text(run_dir / "report.md", text)
-    n_unknown = sum(r["status"] == "unknown" for r in rows)
-    return (
-        f"{run_dir}: {len(rows)} rep dir(s) ({n_unknown} unknown), {len(agg)} aggregate row(s), "
-        f"{len(ab)} A/B row(s), {len(plot_files)} plot(s) -> report.md"
+    plot_files = plots.make_all(plot_dir, out.rows, out.agg, out.ab, out.entries, out.datas, out.injections)
+    text = report.render(
+        run_dir, out.manifest, out.rows, out.agg, out.ab, out.ab_info, plot_files, out.unreadable
     )
+    atomic.write_text(run_dir / "summary.csv", _csv(out.rows, SUMMARY_COLUMNS))
+    atomic.write_bytes(run_dir / "summary.jsonl", _jsonl(out.rows))
+    atomic.write_text(run_dir / "aggregate.csv", _csv(out.agg, AGG_COLUMNS))
+    atomic.write_text(run_dir / "ab.csv", _csv(out.ab, AB_COLUMNS))
+    atomic.write_text(run_dir / "report.md", text)
+    n_unknown = sum(r["status"] == "unknown" for r in out.rows)
+    unread = (
+        f", {len(out.unreadable)} unreadable result file(s) listed in report.md" if out.unreadable else ""
+    )
+    out.message = (
+        f"{run_dir}: {len(out.rows)} rep dir(s) ({n_unknown} unknown){unread}, {len(out.agg)} aggregate "
+        f"row(s), {len(out.ab)} A/B row(s), {len(plot_files)} plot(s) -> report.md"
+    )
+    return out
+
+
+def summarize(run_dir: str | Path) -> str:
+    """Analyse a run directory; returns a one-line description of what was written."""
+    return summarize_run(run_dir).message

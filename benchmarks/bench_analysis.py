@@ -15,8 +15,12 @@ latency statistics, so both paths decode and recompute every figure from the arr
 
 Target (issue 2): <= 6 s and <= 2 GiB, plots and report included.
 
+``--against DIR`` times another checkout's ``analysis`` too (e.g. ``git worktree add /tmp/base main``),
+alternating with this one on the same files, and prints the new/old ratio of wall and CPU time per
+pair: before/after figures from one session, under the same background load.
+
     .venv/bin/python benchmarks/bench_analysis.py [--paths default,full] [--cases 100] [--requests 10000]
-        [--repeats 3] [--keep DIR] [--full-decode] [--incomplete-summary]
+        [--repeats 3] [--keep DIR] [--full-decode] [--incomplete-summary] [--against DIR]
 """
 
 from __future__ import annotations
@@ -105,7 +109,7 @@ class Run:
         self.wall, self.cpu, self.rss_gib, self.load = wall, cpu, rss_gib, load
 
 
-def measure(run: Path, full_decode: bool) -> Run:
+def measure(run: Path, full_decode: bool, root: Path = ROOT) -> Run:
     code = (
         "import resource,subprocess,sys,time;"
         "t=time.perf_counter();"
@@ -120,11 +124,11 @@ def measure(run: Path, full_decode: bool) -> Run:
     env = {**os.environ, "QUICKMAP_ANALYSIS_FULL_DECODE": "1" if full_decode else "0"}
     load = os.getloadavg()[0]
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True, env=env
     )
     rc, wall, cpu, rss_kib = out.stdout.split()
     if int(rc) != 0:
-        raise SystemExit("summarize failed")
+        raise SystemExit(f"summarize failed (exit {rc}) in {root}")
     if not (run / "report.md").is_file() or not any((run / "plots").glob("*.png")):
         raise SystemExit("summarize did not write report.md and plots")
     load = max(load, os.getloadavg()[0])  # the higher of before/after: the box is shared
@@ -148,7 +152,10 @@ def main() -> int:
     ap.add_argument(
         "--incomplete-summary", action="store_true", help="files without latency statistics (recompute all)"
     )
+    ap.add_argument("--against", type=Path, default=None, help="another checkout to time alternately (old)")
     args = ap.parse_args()
+    if args.against is not None and not (args.against / "analysis" / "__main__.py").is_file():
+        ap.error(f"--against {args.against}: expected a quickmap checkout (no analysis/__main__.py there)")
     paths = ["full"] if args.full_decode else [p.strip() for p in args.paths.split(",") if p.strip()]
     if not paths or any(p not in ("default", "full") for p in paths):
         ap.error(f"--paths {args.paths!r}: expected a comma list of default, full")
@@ -167,12 +174,16 @@ def main() -> int:
               f"({size:.0f} MiB of JSONL{', no latency statistics' if args.incomplete_summary else ''}) "
               f"ready in {time.perf_counter() - t:.1f} s; {os.cpu_count()} CPUs")  # fmt: skip
         runs: dict[str, list[Run]] = {p: [] for p in paths}
+        old: dict[str, list[Run]] = {p: [] for p in paths}
         for i in range(args.repeats):
-            for p in paths:  # alternate, so both paths see the same background load
-                r = measure(run, p == "full")
-                runs[p].append(r)
-                print(f"run {i + 1} {p:7s}: {r.wall:5.2f} s wall, {r.cpu:5.2f} s CPU, "
-                      f"peak RSS {r.rss_gib:.2f} GiB, load average {r.load:.1f}")  # fmt: skip
+            for p in paths:  # alternate, so both paths (and both checkouts) see the same background load
+                order = [ROOT] if args.against is None else [ROOT, args.against][:: 1 if i % 2 else -1]
+                for root in order:
+                    r = measure(run, p == "full", root)
+                    (runs if root == ROOT else old)[p].append(r)
+                    which = "" if args.against is None else (" new" if root == ROOT else " old")
+                    print(f"run {i + 1} {p:7s}{which}: {r.wall:5.2f} s wall, {r.cpu:5.2f} s CPU, "
+                          f"peak RSS {r.rss_gib:.2f} GiB, load average {r.load:.1f}")  # fmt: skip
         ok = True
         for p, rs in runs.items():
             med_w = statistics.median(r.wall for r in rs)
@@ -186,6 +197,13 @@ def main() -> int:
                   f"{walls}), CPU {med_c:.2f} s, peak RSS max {max_r:.2f} GiB "
                   f"(<= {TARGET_RSS_GIB} GiB), load average {min(loads):.1f}-{max(loads):.1f}: "
                   f"{'PASS' if good else 'FAIL'}")  # fmt: skip
+            if old[p]:
+                w_ratio = statistics.median(n.wall / o.wall for n, o in zip(rs, old[p], strict=True))
+                c_ratio = statistics.median(n.cpu / o.cpu for n, o in zip(rs, old[p], strict=True))
+                print(f"{p:7s} --against {args.against}: median of {len(rs)} old runs "
+                      f"{statistics.median(o.wall for o in old[p]):.2f} s wall, "
+                      f"{statistics.median(o.cpu for o in old[p]):.2f} s CPU; new/old per pair: wall "
+                      f"{w_ratio:.2f}, CPU {c_ratio:.2f}")  # fmt: skip
         return 0 if ok else 1
     finally:
         if args.keep is None:

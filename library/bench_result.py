@@ -12,16 +12,19 @@ short_description: Validate a benchmark client's result file against the case it
 description:
   - >-
     Reads a result file written by quickmap's loadgen (schema C(quickmap.loadgen/1)), SGLang's
-    C(bench_serving) (JSONL, one object appended per run), vLLM's C(bench serve) (JSON), or a console
-    log in which one line is such a JSON object. The format is detected from the keys, not the file name.
+    C(bench_serving) (JSONL, one object appended per run), vLLM's C(bench serve) (JSON), guidellm's
+    C(benchmarks.json), AIPerf's C(profile_export_aiperf.json) or per-request C(profile_export.jsonl), or a
+    console log in which one line is such a JSON object. The format is detected from the keys, not the name.
   - >-
-    Passes when the file parses, the run completed (loadgen C(complete=true)), C(completed) equals
-    O(expect_requests), and, when O(expect_output_len) is given, at least O(min_output_fraction) of the
-    completed requests produced that many output tokens (with ignore_eos every request must reach the OSL).
+    Passes when the file parses, the run completed (loadgen C(complete=true)), no measured value is NaN or
+    Infinity, C(completed) equals O(expect_requests), and, when O(expect_output_len) is given, at least
+    O(min_output_fraction) of the completed requests produced that many output tokens (with ignore_eos
+    every request must reach the OSL). The rules live in C(module_utils/verdicts.py), the one judge that
+    C(python -m analysis) uses too.
   - >-
     Fails with a one-line message naming the file and the broken rule, and a machine-readable
-    RV(reason) (missing, empty, unparsable, truncated, incomplete, count, short_output) so a rescue can
-    classify the case.
+    RV(reason) (missing, empty, unparsable, truncated, incomplete, nonfinite, count, short_output) so a
+    rescue can classify the case.
   - Read-only, so it runs the same in check mode. The result always has C(changed=false).
 version_added: "0.1.0"
 author: quickmap contributors
@@ -50,7 +53,9 @@ options:
     type: float
     default: 1.0
   record:
-    description: Which run to check when the file holds several (SGLang appends). V(last) is the newest.
+    description: >-
+      Which run to check when a JSONL file holds several (SGLang appends). V(last) is the newest. In a
+      console log the first line holding a result is checked, as C(python -m analysis) reads it.
     type: str
     choices: [last, first]
     default: last
@@ -92,7 +97,8 @@ msg:
   sample: "/r/cases/c1/rep1/bench.json: completed 63 != expected 64 requests, failed 1"
 reason:
   description: >-
-    Null on success, else one of missing, empty, unparsable, truncated, incomplete, count, short_output.
+    Null on success, else one of missing, empty, unparsable, truncated, incomplete, nonfinite, count,
+    short_output.
   returned: always
   type: str
 format:

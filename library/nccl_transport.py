@@ -27,7 +27,16 @@ description:
     process), vLLM C(Engine core initialization failed)) ends the wait at once with a failure: the NCCL
     lines will never come. It never fails a log whose NCCL lines already decided it.
   - With O(nnodes=1) there is no inter-node transport; the module passes at once and still reports what
-    the logs show.
+    the logs show (except with O(require=intra), which judges the single node).
+  - >-
+    NCCL loads its network plugin on a single node too (C(NET/IB : Using), C(Using network IB)), so with
+    O(require=ib) a log whose connection lines (C(Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read),
+    C(via SHM/direct/direct)) are all intra-node is not proof of IB: it stays pending and fails at the
+    timeout, saying every connection is intra-node. A log without connection lines is judged as before.
+  - >-
+    O(require=intra) is the gate for one node with several GPUs (a single-node TP run): every log must show
+    connection lines from at least O(min_processes) processes, none of them C(via NET/) (traffic leaving
+    the node), no communicator with C(nNodes) above 1, and only transports listed in O(intra_transports).
   - Read-only; runs the same in check mode, except that O(dest) is not written (RV(would_write) says
     where it would go).
 version_added: "0.1.0"
@@ -74,10 +83,19 @@ options:
   require:
     description:
       - Transport required. V(ib) is the real-cluster gate. V(socket) requires C(Using network Socket)
-        (a deliberate TCP-only setup); V(any) only requires that NCCL reported a network.
+        (a deliberate TCP-only setup); V(any) only requires that NCCL reported a network. V(intra) is the
+        single-node gate (needs O(nnodes=1)), connections within the node only.
     type: str
-    choices: [ib, socket, any]
+    choices: [ib, socket, any, intra]
     default: ib
+  intra_transports:
+    description:
+      - With O(require=intra), the transport families a connection may use. V(P2P) (NVLink or PCIe
+        peer-to-peer, C(P2P/CUMEM), C(P2P/IPC), C(P2P/direct pointer)), V(SHM) (through host memory) and
+        V(NVLS). Set V([P2P]) on an NVLink node to fail a silent fallback to host memory.
+    type: list
+    elements: str
+    default: [P2P, SHM, NVLS]
   dest:
     description:
       - Write the verdict (the result below plus host and time) as JSON to this path, atomically,
@@ -105,6 +123,14 @@ EXAMPLES = r"""
     min_processes: 8
     dest: "{{ run_dir }}/server/{{ inventory_hostname }}_nccl_gate.json"
   register: nccl_gate_result
+
+- name: Nccl_gate | a single-node TP8 run keeps its traffic on NVLink (P2P only)
+  nccl_transport:
+    log: "{{ run_dir }}/server/{{ inventory_hostname }}.log"
+    nnodes: 1
+    require: intra
+    intra_transports: [P2P]
+    min_processes: 8
 
 - name: Nccl_gate | single-node run (passes, still records what NCCL said)
   nccl_transport:
@@ -156,6 +182,27 @@ logs:
       elements: str
     lines_dropped: {description: Evidence lines beyond the cap., type: int}
     warnings: {description: NCCL WARN lines about the network., type: list, elements: str}
+    data_path:
+      description: "intra-node, network (a connection via NET/) or unknown (no connection line)."
+      type: str
+    channel_transports:
+      description: 'Connection lines per transport, for example C({"P2P/CUMEM/read": 48, "NET/IB": 16}).'
+      type: dict
+    connected_processes:
+      description: Processes that set up connections or printed Connected all rings.
+      type: int
+    rings_connected: {description: "Processes that printed 'Connected all rings'.", type: int}
+    trees_connected: {description: "Processes that printed 'Connected all trees'.", type: int}
+    nnodes_seen: {description: "Distinct nNodes values of the communicators.", type: list, elements: int}
+    channel_counts:
+      description: Channel counts (ring, coll, collnet, nvls, p2p, per_peer), the largest seen.
+      type: dict
+    nvls: {description: "NVLS multicast: available, not available, or null when not reported.", type: str}
+    nvls_connected: {description: "Whether 'Connected NVLS' was seen.", type: bool}
+    intra_lines:
+      description: Intra-node evidence (communicator span, ring set-up, two lines per transport), at most 50.
+      type: list
+      elements: str
     engine_errors: {description: Fatal engine start-up lines seen (at most 5)., type: list, elements: str}
 expected_hcas:
   description: The expected HCAs after normalisation.
@@ -184,9 +231,11 @@ import time  # noqa: E402
 from ansible.module_utils.atomic_write import atomic_write_json  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.nccl_log import (  # noqa: E402
+    INTRA_FAMILIES,
     RULE,
     HcaSpecError,
     NcclLogFacts,
+    describe_transports,
     format_hca,
     judge,
     parse_hca_specs,
@@ -201,7 +250,8 @@ argument_spec = dict(
     timeout=dict(type="float", default=60.0),
     poll_interval=dict(type="float", default=0.5),
     min_processes=dict(type="int", default=1),
-    require=dict(type="str", choices=["ib", "socket", "any"], default="ib"),
+    require=dict(type="str", choices=["ib", "socket", "any", "intra"], default="ib"),
+    intra_transports=dict(type="list", elements="str", default=["P2P", "SHM", "NVLS"]),
     dest=dict(type="path"),
 )
 
@@ -275,22 +325,35 @@ def run(module: AnsibleModule) -> dict:
         expected = parse_hca_specs(p["expected_hcas"])
     except HcaSpecError as exc:
         module.fail_json(msg=f"nccl_transport: {exc}")
+    intra = tuple(p["intra_transports"])
+    if p["require"] == "intra":
+        if p["nnodes"] != 1:
+            module.fail_json(
+                msg=f"nccl_transport: require=intra with nnodes={p['nnodes']} (rule: the intra-node gate "
+                "judges one node; use require=ib for a multi-node server)"
+            )
+        unknown = [t for t in intra if t not in INTRA_FAMILIES]
+        if unknown or not intra:
+            module.fail_json(
+                msg=f"nccl_transport: intra_transports={list(intra)} (rule: a non-empty list of "
+                f"{', '.join(INTRA_FAMILIES)})"
+            )
 
     tails = [LogTail(path) for path in paths]
     started = time.monotonic()
-    single = p["nnodes"] == 1
+    single = p["nnodes"] == 1 and p["require"] != "intra"
     deadline = started + (0.0 if single else p["timeout"])
     verdicts: list[dict] = []
     while True:
         final = time.monotonic() >= deadline
         for tail in tails:
             tail.poll(final=final)
-        verdicts = [judge(t.facts, expected, p["require"], p["min_processes"]) for t in tails]
+        verdicts = [judge(t.facts, expected, p["require"], p["min_processes"], intra) for t in tails]
         if final or all(v["state"] != "pending" for v in verdicts):
             if not final:
                 for tail in tails:  # decided: include a trailing line without newline in the evidence
                     tail.poll(final=True)
-                verdicts = [judge(t.facts, expected, p["require"], p["min_processes"]) for t in tails]
+                verdicts = [judge(t.facts, expected, p["require"], p["min_processes"], intra) for t in tails]
             break
         time.sleep(max(0.0, min(p["poll_interval"], deadline - time.monotonic())))
     waited = round(time.monotonic() - started, 3)
@@ -316,14 +379,29 @@ def run(module: AnsibleModule) -> dict:
         msg = f"single node: no inter-node transport (seen {seen})"
     else:
         passed = all(e["passed"] for e in logs)
-        if passed:
+        if passed and p["require"] == "intra":
+            seen: dict = {}
+            for e in logs:
+                for k, n in e["channel_transports"].items():
+                    seen[k] = seen.get(k, 0) + n
+            procs = sum(e["connected_processes"] for e in logs)
+            msg = f"NCCL intra-node in {len(logs)} log(s): {describe_transports(seen)} ({procs} process(es))"
+        elif passed:
             hcas = ", ".join(names) if names else ", ".join(sorted({h for e in logs for h in e["hcas"]}))
             net = {"ib": "IB", "socket": "Socket", "any": "a network"}[p["require"]]
             msg = f"NCCL over {net}" + (f" on {hcas}" if hcas and p["require"] == "ib" else "")
             msg += f" in {len(logs)} log(s)"
         else:
             bad = "; ".join(f"{e['path']}: {_one_line(e['problems'])}" for e in logs if not e["passed"])
-            rule = RULE if p["require"] == "ib" else f"NCCL must report 'Using network' ({p['require']})"
+            if p["require"] == "ib":
+                rule = RULE
+            elif p["require"] == "intra":
+                rule = (
+                    f"every connection inside the node ({', '.join(intra)}), none over the network, "
+                    f"from at least {p['min_processes']} process(es)"
+                )
+            else:
+                rule = f"NCCL must report 'Using network' ({p['require']})"
             msg = f"NCCL gate failed closed (rule: {rule}): {bad}"
     return {
         "changed": False,

@@ -10,6 +10,18 @@ prefix, ``NET/IB : Using [i]dev:port/LL ; OOB if:addr<port>``, ``NET/IB : No dev
 
 The verdict is fail-closed: anything other than a positive proof (NET/IB on exactly the expected HCAs
 and ``Using network IB``) is either "pending" (maybe more lines will come) or a failure naming the rule.
+
+Intra-node lines (checked against real single-node logs quoted in public reports, tests/modules/fixtures/
+nccl_intra/README.md): the transport of every connection (``Channel 00/0 : 0[0] -> 1[1] via
+P2P/CUMEM/read``, ``via P2P/IPC``, ``via P2P/direct pointer/read``, ``Channel 00 : 3[3] -> 0[0] via
+SHM/direct/direct``, the 2.7-era ``Ring 00 : a[bus] -> b[bus] via P2P/IPC``), the communicator's span
+(``comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8``), ring order lines (``Channel 00/24 :  0 1 2 3``),
+``Connected all rings`` / ``trees``, channel counts (``24 coll channels, 0 collnet channels, 0 nvls
+channels, 32 p2p channels, 32 p2p channels per peer``) and NVLS (``NVLS multicast support is [not]
+available``, ``Connected NVLS``). NCCL initialises its network plugin on a single node too (``NET/IB :
+Using`` and ``Using network IB`` appear with no inter-node traffic at all), so an IB gate also needs a
+connection that goes ``via NET/``; an intra-node gate (``require="intra"``) needs connections and none of
+them over the network.
 """
 
 from __future__ import annotations
@@ -43,6 +55,28 @@ NET_CHANNEL = re.compile(
     r"\[(?P<dstdev>[0-9a-f]+)\] \[(?P<dir>send|receive)\] via NET/(?P<net>[^/]+)/(?P<netdev>\d+)"
     r"(?:\((?P<proxy>\d+)\))?(?P<gdr>/GDRDMA)?(?P<pci>\(PCI\))?(?P<shared>/Shared)?\s*$"
 )
+# Any connection line, intra- or inter-node: its transport is everything after "via" (P2P/CUMEM/read,
+# P2P/direct pointer/read, SHM/direct/direct, NET/IB/1/GDRDMA, ...). Ring-order lines ("Ring 00 : 0 -> 1
+# -> 0", "Channel 00/24 :  0 1") carry no "rank[dev]" brackets and never match.
+TRANSPORT_CHANNEL = re.compile(
+    r"(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)\[(?P<srcdev>[0-9a-fx]+)\] -> "
+    r"(?P<dst>\d+)\[(?P<dstdev>[0-9a-fx]+)\](?: \[(?P<dir>send|receive)\])? "
+    r"via (?P<via>\S+(?: pointer(?:/\S+)?)?)"
+)
+COMM_SPAN = re.compile(
+    r"comm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
+    r"localRanks (?P<local>\d+)"
+)
+RING_ORDER = re.compile(r"^\s*Channel (?P<ch>\d+)/(?P<n>\d+) :(?P<ranks>(?:\s+\d+)+)\s*$")
+CHANNEL_COUNTS = re.compile(
+    r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?(?:(?P<nvls>\d+) nvls channels, )?"
+    r"(?P<p2p>\d+) p2p channels, (?P<per_peer>\d+) p2p channels per peer"
+)
+NVLS_SUPPORT = re.compile(r"NVLS multicast support is (?P<not>not )?available")
+INTRA_FAMILIES = ("P2P", "SHM", "NVLS")
+MAX_INTRA_LINES = 50
+MAX_NET_CHANNEL_LINES = 5
+
 # Lines worth keeping as evidence even though they do not decide the verdict.
 _EVIDENCE = re.compile(
     r"NCCL version|NCCL_IB_HCA|NCCL_SOCKET_IFNAME|NCCL_NET|NET/|Using network|Bootstrap ?:"
@@ -172,6 +206,17 @@ class NcclLogFacts:
         self.engine_errors: list[str] = []
         self._seen_evidence: set[str] = set()
         self._kept = {True: 0, False: 0}
+        # Intra-node facts: every connection's transport, the communicators' span, ring set-up.
+        self.channel_transports: dict[str, int] = {}
+        self.channel_procs: set[str] = set()
+        self.net_channel_lines: list[str] = []
+        self.comm_nnodes: set[int] = set()
+        self.rings_connected: set[str] = set()
+        self.trees_connected: set[str] = set()
+        self.channel_counts: dict[str, int] = {}
+        self.nvls: str | None = None
+        self.nvls_connected = False
+        self.intra_lines: list[str] = []
 
     def _keep(self, line: str, decisive: bool) -> None:
         """Keep a line as evidence; deciding lines have their own budget so context cannot crowd them out."""
@@ -236,8 +281,61 @@ class NcclLogFacts:
             self.channel_nets.add(m.group("net"))
             if m.group("gdr"):
                 self.gdr = True
+        self._feed_intra(rec["proc"], msg, line)
         if keep or _EVIDENCE.search(msg):
             self._keep(line, decisive=keep)
+
+    def _feed_intra(self, proc: str, msg: str, line: str) -> None:
+        """Connections, communicator span, ring/tree set-up, channel counts, NVLS (substring tests first)."""
+        text = line.rstrip("\r\n")[:MAX_LINE_CHARS]
+        intra = False
+        if " via " in msg:
+            m = TRANSPORT_CHANNEL.search(msg)
+            if m:
+                key = transport_key(m.group("via"))
+                self.channel_transports[key] = self.channel_transports.get(key, 0) + 1
+                self.channel_procs.add(proc)
+                if key.startswith("NET/"):
+                    if len(self.net_channel_lines) < MAX_NET_CHANNEL_LINES:
+                        self.net_channel_lines.append(text)
+                elif self.channel_transports[key] <= 2:  # two examples of each transport
+                    intra = True
+        elif "Connected all rings" in msg:
+            self.rings_connected.add(proc)
+            intra = len(self.rings_connected) <= 8
+        elif "Connected all trees" in msg:
+            self.trees_connected.add(proc)
+        elif "nNodes" in msg:
+            m = COMM_SPAN.search(msg)
+            if m:
+                self.comm_nnodes.add(int(m.group("nnodes")))
+                intra = True
+        elif "channels" in msg:
+            m = CHANNEL_COUNTS.search(msg)
+            if m:
+                for name, value in m.groupdict().items():
+                    if value is not None:
+                        self.channel_counts[name] = max(self.channel_counts.get(name, 0), int(value))
+                intra = True
+        elif "NVLS" in msg:
+            m = NVLS_SUPPORT.search(msg)
+            if m:
+                # one GPU without multicast makes the communicator's NVLS unavailable
+                self.nvls = (
+                    "not available" if (m.group("not") or self.nvls == "not available") else "available"
+                )
+                intra = True
+            elif "Connected NVLS" in msg:
+                self.nvls_connected = True
+                intra = True
+        elif "Channel" in msg:
+            m = RING_ORDER.match(msg)
+            if m:
+                n = int(m.group("n"))
+                self.channel_counts["ring"] = max(self.channel_counts.get("ring", 0), n)
+                intra = int(m.group("ch")) == 0
+        if intra and len(self.intra_lines) < MAX_INTRA_LINES:
+            self.intra_lines.append(text)
 
     def feed_text(self, text: str) -> None:
         """Feed a whole log text (tests and one-shot reads)."""
@@ -271,6 +369,25 @@ class NcclLogFacts:
             out.append("channel lines go 'via NET/Socket'")
         return out
 
+    def connected_procs(self) -> set[str]:
+        """Processes that set up connections (a connection line or "Connected all rings")."""
+        return self.channel_procs | self.rings_connected
+
+    def families(self) -> dict[str, int]:
+        """Connection counts per transport family: P2P, SHM, NVLS, NET."""
+        out: dict[str, int] = {}
+        for key, n in self.channel_transports.items():
+            fam = key.split("/")[0]
+            out[fam] = out.get(fam, 0) + n
+        return out
+
+    def data_path(self) -> str:
+        """intra-node | network | unknown: where NCCL's connections go (not which plugin it loaded)."""
+        fams = self.families()
+        if not fams:
+            return "unknown"
+        return "network" if "NET" in fams else "intra-node"
+
     def transport(self) -> str:
         """ib | socket | none — socket wins over ib because a partial fallback is still a fallback."""
         if self.socket_evidence():
@@ -280,7 +397,53 @@ class NcclLogFacts:
         return "none"
 
 
-def judge(facts: NcclLogFacts, expected: list[dict], require: str = "ib", min_processes: int = 1) -> dict:
+def transport_key(via: str) -> str:
+    """``NET/IB/3/GDRDMA`` -> ``NET/IB`` (device index and flags vary per line); intra-node kept whole."""
+    parts = via.split("/")
+    if parts[0] == "NET" and len(parts) > 1:
+        return "NET/" + parts[1]
+    return via
+
+
+def describe_transports(counts: dict[str, int]) -> str:
+    """``P2P/CUMEM/read x48, SHM/direct/direct x8`` (most used first)."""
+    return ", ".join(f"{k} x{n}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _judge_intra(facts: NcclLogFacts, min_processes: int, allowed: tuple[str, ...]) -> tuple[list, list]:
+    """require="intra": connections set up, none over the network, every communicator on one node."""
+    problems: list[str] = []
+    pending: list[str] = []
+    for line in facts.net_channel_lines:
+        problems.append(f"a connection goes over the network where intra-node was required: {line.strip()}")
+    for n in sorted(facts.comm_nnodes):
+        if n > 1:
+            problems.append(f"a communicator spans {n} nodes ('nNodes {n}') where intra-node was required")
+    for fam, count in sorted(facts.families().items()):
+        if fam != "NET" and fam not in allowed:
+            keys = [k for k in facts.channel_transports if k.split("/")[0] == fam]
+            problems.append(
+                f"{count} connection(s) via {', '.join(keys)}, not an allowed intra-node transport "
+                f"({', '.join(allowed)})"
+            )
+    if facts.nccl_lines == 0:
+        pending.append("no NCCL line (is NCCL_DEBUG=INFO set for the server?)")
+    elif not facts.channel_transports:
+        pending.append("no connection line ('Channel NN/M : a[x] -> b[y] via P2P/...')")
+    elif len(facts.connected_procs()) < max(1, min_processes):
+        pending.append(
+            f"{len(facts.connected_procs())} process(es) set up connections, need {max(1, min_processes)}"
+        )
+    return problems, pending
+
+
+def judge(
+    facts: NcclLogFacts,
+    expected: list[dict],
+    require: str = "ib",
+    min_processes: int = 1,
+    intra_transports: tuple[str, ...] = INTRA_FAMILIES,
+) -> dict:
     """Decide one log: ``{"state": "pass"|"fail"|"pending", "problems": [...], "pending": [...]}``.
 
     "fail" means a fail-closed line was seen (no more lines can rescue it); "pending" lists what is
@@ -324,6 +487,17 @@ def judge(facts: NcclLogFacts, expected: list[dict], require: str = "ib", min_pr
                 if ib_procs
                 else "no 'Using network IB' line"
             )
+        if not problems and facts.channel_transports and facts.data_path() == "intra-node":
+            # NCCL loads its IB plugin on one node too: only a connection via NET/ proves inter-node IB.
+            span = (
+                f"; every communicator reports nNodes {max(facts.comm_nnodes)}" if facts.comm_nnodes else ""
+            )
+            pending.append(
+                "no connection goes over the network: every one is intra-node "
+                f"({describe_transports(facts.channel_transports)}){span}"
+            )
+    elif require == "intra":
+        problems, pending = _judge_intra(facts, min_processes, tuple(intra_transports))
     else:
         want = {"socket": "Socket", "any": None}[require]
         for proc, net in facts.nets.items():
@@ -359,4 +533,14 @@ def summarize(facts: NcclLogFacts) -> dict:
         "lines_dropped": facts.evidence_dropped,
         "warnings": list(facts.warnings),
         "engine_errors": list(facts.engine_errors),
+        "data_path": facts.data_path(),
+        "channel_transports": dict(facts.channel_transports),
+        "connected_processes": len(facts.connected_procs()),
+        "rings_connected": len(facts.rings_connected),
+        "trees_connected": len(facts.trees_connected),
+        "nnodes_seen": sorted(facts.comm_nnodes),
+        "channel_counts": dict(facts.channel_counts),
+        "nvls": facts.nvls,
+        "nvls_connected": facts.nvls_connected,
+        "intra_lines": list(facts.intra_lines),
     }

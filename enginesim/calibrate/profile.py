@@ -177,6 +177,11 @@ def write_atomic(path: str, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes 0600; in a container running as root that file would be unreadable to the
+        # node's login user who fetches it. Give it the mode a plain open() would (0666 & ~umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

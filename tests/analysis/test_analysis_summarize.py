@@ -147,13 +147,19 @@ def test_case_dir_with_neither_file_is_exit_2_naming_it(tmp_path: Path, cli) -> 
     _assert_nothing_written(run)
 
 
-def test_truncated_result_of_a_completed_case_is_exit_2(tmp_path: Path, cli) -> None:
+def test_truncated_result_of_a_completed_case_is_listed_and_the_rest_summarised(tmp_path: Path, cli) -> None:
+    """Issue 17: one unreadable file no longer aborts the summary (it was exit 2, nothing written)."""
     run = make_run(tmp_path, reps=1)
     bench = run / "cases" / "short_c8" / "rep1" / "bench.json"
     bench.write_bytes(bench.read_bytes()[:3000])
     code, _, err = cli("summarize", run)
-    assert code == 2 and str(bench) in err and "truncated" in err
-    _assert_nothing_written(run)
+    assert code == 3 and str(bench) in err and "truncated" in err
+    rows = _rows(run / "summary.csv")
+    c8 = next(r for r in rows if r["case_id"] == "short_c8")
+    assert c8["status"] == "failed" and c8["error_type"] == "BENCH_FAILED" and "unreadable" in c8["reason"]
+    assert next(r for r in rows if r["case_id"] == "short_c16")["status"] == "completed"
+    text = (run / "report.md").read_text()
+    assert "1 result file(s) could not be read" in text and f"`{bench}`: " in text and "truncated" in text
 
 
 def test_truncated_result_of_a_failed_case_is_only_noted(tmp_path: Path, cli) -> None:

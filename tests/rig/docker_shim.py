@@ -5,6 +5,14 @@ wrapper that sets QM_SHIM_HOME (per-host container state), QM_SHIM_CALLS (the pe
 docker_calls.jsonl) and QM_SHIM_PYTHON (the project's venv python, which has enginesim installed).
 Standard library only: it is a file on the "node", not part of the test process.
 
+The calibration (roles/calibrate) runs `python3 <dir>/calibrate.pyz --device cuda ...` in the image with
+`--gpus device=N`; there is no GPU here, so the shim stands in for one: it replays the H200 measurement
+that ships inside that zipapp (enginesim/data/measured/h200/raw.json) through the zipapp's own profile
+builder, and writes raw.json/profile.json where the real program would. Every replayed file says so
+(`environment.rig_shim`). TEST-ONLY HOOK: `<QM_SHIM_HOME>/gpu_plant.json`, e.g.
+`{"5": {"bandwidth": 0.8, "gemm": 1.0}}`, scales GPU 5's replayed figures (a planted slow GPU). Nothing
+outside tests/rig reads that file; production code has no such hook.
+
 Implemented: `docker version`, `docker run [-d] --name N [opts] IMAGE CMD...`, `docker logs [--tail N] N`,
 `docker inspect [-f FMT] N`, `docker ps [-a] [-q] [--filter name=|status=] [--format FMT]`,
 `docker rm [-f] N`, `docker stop [-t S] N`, `docker kill N`. Anything else exits 125 with a message, so
@@ -213,6 +221,56 @@ def engine_argv(cmd: list[str]) -> list[str]:
     )
 
 
+def _mounts(opts: dict[str, list[str]]) -> list[tuple[str, str, bool]]:
+    """(host path, container path, writable) of every `-v`/`--volume` bind mount."""
+    out = []
+    for spec in opts.get("-v", []) + opts.get("--volume", []):
+        parts = spec.split(":")
+        if len(parts) >= 2:
+            out.append((parts[0], parts[1], not (len(parts) > 2 and "ro" in parts[2].split(","))))
+    return out
+
+
+def _inside(path: str, mounts: list[tuple[str, str, bool]], writable: bool) -> bool:
+    """True when `path` (a container path) lies in a bind mount whose host path is the same directory.
+
+    The shim has no mount namespace: it runs the command on the host, so only same-path mounts (what
+    roles/calibrate uses) behave as in the real container; any other path would not exist in there.
+    """
+    for host, cont, rw in mounts:
+        if (
+            host == cont
+            and (path == cont or path.startswith(cont.rstrip("/") + "/"))
+            and (rw or not writable)
+        ):
+            return True
+    return False
+
+
+def is_calibration(cmd: list[str]) -> bool:
+    """`python3 .../calibrate.pyz ...`: the command roles/calibrate runs in the engine image."""
+    return len(cmd) >= 2 and Path(cmd[0]).name.startswith("python") and cmd[1].endswith("calibrate.pyz")
+
+
+def container_argv(parsed: dict) -> list[str]:
+    """The host command that stands in for the container's: enginesim for an engine, a GPU replay for
+    the calibration (after the checks the real container would fail: the zipapp and --out must be in
+    bind mounts, --out writable)."""
+    cmd = parsed["cmd"]
+    if not is_calibration(cmd):
+        return engine_argv(cmd)
+    mounts = _mounts(parsed["opts"])
+    python = os.environ.get("QM_SHIM_PYTHON", sys.executable)
+    fail = [python, "-S", os.path.abspath(__file__), "__exit", "2"]
+    if not _inside(cmd[1], mounts, writable=False):
+        return [*fail, f"{cmd[0]}: can't open file '{cmd[1]}': [Errno 2] No such file or directory"]
+    out = cmd[cmd.index("--out") + 1] if "--out" in cmd[:-1] else ""
+    if out and not _inside(out, mounts, writable=True):
+        return [*fail, f"rig shim: --out {out} is not in a writable bind mount of the container"]
+    gpus = (parsed["opts"].get("--gpus") or [""])[-1]
+    return [python, "-S", os.path.abspath(__file__), "__gpu_calibration", gpus, str(home()), *cmd[1:]]
+
+
 def cmd_run(argv: list[str]) -> int:
     """`docker run`: validate like the daemon, then start a supervisor that runs the engine."""
     parsed = parse_run(argv)
@@ -245,7 +303,7 @@ def cmd_run(argv: list[str]) -> int:
             }
         )
     hostname = (opts.get("-h") or opts.get("--hostname") or [os.uname().nodename])[-1]
-    engine = engine_argv(parsed["cmd"])
+    engine = container_argv(parsed)
     cdir.mkdir(parents=True)
     state = {
         "id": cid,
@@ -644,10 +702,106 @@ COMMANDS = {
 }
 
 
+# ------------------------------------------------------------------- GPU calibration stand-in
+
+
+def _scale(node: object, factor: float) -> object:
+    """A section's figures as if the device were `factor` times as fast: times / factor, rates * factor."""
+    if isinstance(node, list):
+        return [_scale(v, factor) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict = {}
+    for key, value in node.items():
+        if key in ("bytes_per_s", "flops_per_s") and isinstance(value, (int, float)):
+            out[key] = value * factor
+        elif key == "samples_s" and isinstance(value, list):
+            out[key] = [v / factor for v in value]
+        elif key.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = value / factor
+        else:
+            out[key] = _scale(value, factor)
+    return out
+
+
+def gpu_calibration(gpus: str, shim_home: str, argv: list[str]) -> int:
+    """Stand in for `python3 calibrate.pyz ARGS` on a GPU: replay the H200 measurement the zipapp carries.
+
+    The zipapp's own argument checks, profile builder and atomic writes run (imported from the zipapp);
+    only the measuring is replaced. `--gpus device=N` decides what "CUDA" sees, as in the container.
+    """
+    pyz = argv[0]
+    sys.path.insert(0, pyz)
+    import enginesim
+    from enginesim.calibrate import __main__ as calmain
+    from enginesim.calibrate import profile as calprofile
+
+    if not os.path.abspath(enginesim.__file__).startswith(os.path.abspath(pyz)):
+        print(f"rig shim: enginesim imported from {enginesim.__file__}, not from {pyz}", file=sys.stderr)
+        return 3
+    ns = calmain.parse_args(argv[1:])
+    spec = gpus.strip("'\"")
+    visible = (
+        [str(i) for i in range(8)]
+        if spec == "all"
+        else spec.removeprefix("device=").split(",")
+        if spec
+        else []
+    )
+    if ns.device == "cuda" and not visible:
+        print("python -m enginesim.calibrate: error: --device cuda: no CUDA device visible", file=sys.stderr)
+        return 2
+    if ns.device == "cpu":
+        print(
+            "rig shim: the stand-in replays a GPU; run the CPU path with the process runtime", file=sys.stderr
+        )
+        return 2
+    if ns.gpu >= len(visible):
+        print(f"python -m enginesim.calibrate: error: --gpu {ns.gpu}: only {len(visible)} CUDA device(s)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    physical = visible[ns.gpu]
+    plant_file = Path(shim_home) / "gpu_plant.json"
+    plant = json.loads(plant_file.read_text()).get(physical, {}) if plant_file.exists() else {}
+    from importlib import resources
+
+    raw = json.loads(
+        resources.files("enginesim").joinpath("data", "measured", "h200", "raw.json").read_text()
+    )
+    raw["sections"] = {k: v for k, v in raw["sections"].items() if k in ns.sections}
+    raw["errors"] = {}
+    for section, factor_key in (("bandwidth", "bandwidth"), ("gemm", "gemm")):
+        factor = float(plant.get(factor_key, 1.0))
+        if section in raw["sections"] and factor != 1.0:
+            raw["sections"][section] = _scale(raw["sections"][section], factor)
+    raw["command"] = ["python3", *argv]
+    raw["started_utc"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    raw["env"]["host"] = os.uname().nodename
+    raw["env"]["rig_shim"] = (
+        f"quickmap rig docker shim: no GPU ran; replayed the H200 measurement shipped in {pyz} for physical "
+        f"GPU {physical}" + (f", scaled by the test-only plant file {plant_file}: {plant}" if plant else "")
+    )
+    os.makedirs(ns.out, exist_ok=True)
+    raw_text = calprofile.dumps(raw)
+    for name in ns.sections:
+        print(f"[calibrate] {name} ... (replayed)", flush=True)
+    calprofile.write_atomic(os.path.join(ns.out, "raw.json"), raw_text)
+    doc = calprofile.build(raw, ns.base or calprofile.base_for(raw["env"]["device_name"]) or "h200", ns.key)
+    doc["raw_sha256"] = calprofile.sha256(raw_text)
+    calprofile.write_atomic(os.path.join(ns.out, "profile.json"), calprofile.dumps(doc))
+    print(calmain.summary_table(raw, doc), flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """Entry point: record the call, then dispatch."""
     if argv[:1] == ["__supervise"]:
         return supervise(argv[1])
+    if argv[:1] == ["__gpu_calibration"]:
+        return gpu_calibration(argv[1], argv[2], argv[3:])
+    if argv[:1] == ["__exit"]:  # a container whose command fails at once (message on stderr)
+        print(argv[2], file=sys.stderr)
+        return int(argv[1])
     home().mkdir(parents=True, exist_ok=True)
     record_call(argv)
     args = [a for a in argv]

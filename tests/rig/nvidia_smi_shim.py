@@ -27,8 +27,23 @@ def running_engines() -> list[dict]:
     return found
 
 
+GPU_FIELDS = ("index", "name", "uuid", "memory.total", "driver_version")
+
+
 def main(argv: list[str]) -> int:
-    """Answer the queries quickmap and operators use; anything else prints the GPU list."""
+    """Answer the queries quickmap and operators use; anything else prints the GPU list.
+
+    Like the real one, a stray argument (e.g. a query list split at its comma) or an unknown field is an
+    error, so a wrongly built command line fails on the rig instead of passing.
+    """
+    if any(not a.startswith("-") for a in argv):
+        print("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.")
+        return 2
+    gpu_fields = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--query-gpu=")), [])
+    unknown = [f for f in gpu_fields if f not in GPU_FIELDS]
+    if unknown:
+        print(f'Field "{unknown[0]}" is not a valid field to query.')
+        return 2
     query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-compute-apps=")), None)
     if query is not None:
         noheader = any("noheader" in a for a in argv)
@@ -40,7 +55,22 @@ def main(argv: list[str]) -> int:
             for _gpu in range(GPUS):
                 print(", ".join(values.get(f, "N/A") for f in fields))
         return 0
-    if "-L" in argv or any(a.startswith("--query-gpu") for a in argv):
+    gpu_query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
+    if gpu_query is not None:
+        fields = gpu_query.split(",")
+        if not any("noheader" in a for a in argv):
+            print(", ".join(fields))
+        for gpu in range(GPUS):
+            values = {
+                "index": str(gpu),
+                "name": "NVIDIA H200",
+                "uuid": f"GPU-qmrig-{gpu:04d}",
+                "memory.total": "143771 MiB",
+                "driver_version": "580.159.04",
+            }
+            print(", ".join(values[f] for f in fields))
+        return 0
+    if "-L" in argv:
         for gpu in range(GPUS):
             print(f"GPU {gpu}: NVIDIA H200 (UUID: GPU-qmrig-{gpu:04d})")
         return 0

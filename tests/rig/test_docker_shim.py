@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,78 @@ def test_unknown_container_is_an_error(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout == ""
     proc = docker(tmp_path, "version", "--format", "{{.Server.Version}}")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("qmrig")
+
+
+# ------------------------------------------------------------------ the calibration's GPU stand-in
+
+
+@pytest.fixture(scope="module")
+def calib_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from enginesim.calibrate import zipapp
+
+    return Path(zipapp.build(str(tmp_path_factory.mktemp("bin") / "calibrate.pyz")))
+
+
+def calib_run(
+    tmp_path: Path, pyz: Path, gpu: int, *opts: str, mounts: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`docker run -d` of one GPU's calibration, as roles/calibrate renders it (same-path bind mounts)."""
+    out = tmp_path / "cal"
+    out.mkdir(exist_ok=True)
+    vol = ["-v", f"{out}:{out}", "-v", f"{pyz.parent}:{pyz.parent}:ro"] if mounts else []
+    return docker(
+        tmp_path, "run", "-d", "--name", f"cal{gpu}", *opts, *vol, "img", "python3", str(pyz),
+        "--out", str(out / f"gpu{gpu}"), "--device", "cuda", "--gpu", "0", "--sections", "bandwidth,gemm",
+    )  # fmt: skip
+
+
+def wait_exit(tmp_path: Path, name: str) -> dict:
+    for _ in range(300):
+        state = json.loads((tmp_path / "docker" / "containers" / name / "state.json").read_text())
+        if state["status"] == "exited":
+            return state
+        time.sleep(0.05)
+    raise AssertionError(f"{name} did not exit")
+
+
+def test_calibration_replays_a_gpu_and_the_plant_file_slows_one(tmp_path: Path, calib_pyz: Path) -> None:
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docker" / "gpu_plant.json").write_text(json.dumps({"5": {"bandwidth": 0.8}}))
+    for gpu in (4, 5):
+        assert calib_run(tmp_path, calib_pyz, gpu, "--gpus", f"device={gpu}").returncode == 0
+    docs = {}
+    for gpu in (4, 5):
+        state = wait_exit(tmp_path, f"cal{gpu}")
+        log = Path(state["log"]).read_text()
+        assert state["exit_code"] == 0, log
+        assert "[calibrate] bandwidth ... (replayed)" in log
+        docs[gpu] = json.loads((tmp_path / "cal" / f"gpu{gpu}" / "profile.json").read_text())
+    assert docs[4]["device"] == "cuda" and docs[4]["from_base"]["profile"] == "h200"
+    assert "no GPU ran" in docs[4]["environment"]["rig_shim"]
+    assert "plant file" in docs[5]["environment"]["rig_shim"]
+    read4, read5 = (docs[g]["measured"]["mem_read_bytes_per_s"] for g in (4, 5))
+    gemm4, gemm5 = (docs[g]["measured"]["gemm_bf16_prefill_flops_per_s"] for g in (4, 5))
+    assert read5 == pytest.approx(0.8 * read4) and gemm5 == pytest.approx(gemm4)
+
+
+def test_calibration_without_gpus_or_mounts_fails_like_the_container(tmp_path: Path, calib_pyz: Path) -> None:
+    assert calib_run(tmp_path, calib_pyz, 1).returncode == 0  # no --gpus: CUDA sees nothing
+    state = wait_exit(tmp_path, "cal1")
+    assert state["exit_code"] == 2
+    assert "--device cuda: no CUDA device visible" in Path(state["log"]).read_text()
+    assert calib_run(tmp_path, calib_pyz, 2, "--gpus", "device=2", mounts=False).returncode == 0
+    state = wait_exit(tmp_path, "cal2")
+    assert state["exit_code"] == 2 and "can't open file" in Path(state["log"]).read_text()
+    assert not (tmp_path / "cal" / "gpu2" / "profile.json").exists()
+
+
+def test_nvidia_smi_shim_lists_gpus_as_csv_and_refuses_a_split_query() -> None:
+    smi = [sys.executable, str(Path(__file__).with_name("nvidia_smi_shim.py"))]
+    ok = subprocess.run(
+        [*smi, "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True, text=True
+    )
+    assert ok.returncode == 0 and ok.stdout.splitlines() == [f"{i}, NVIDIA H200" for i in range(8)]
+    split = subprocess.run(
+        [*smi, "--query-gpu=index", "name", "--format=csv", "noheader"], capture_output=True
+    )
+    assert split.returncode != 0
