@@ -212,3 +212,14 @@ def test_realtime_verdicts() -> None:
     )
     assert from_log["sched_lag_ms"] == {"p50": 0.5, "p99": 3.1, "max": 4.2}
     assert honesty.emulator_evidence({"version": "0.5.6"}, "a real engine's log") is None
+
+
+def test_loadgen_keeps_sglangs_spec_fields_per_request() -> None:
+    """The n-gram lab reads spec_* per request from loadgen's result: the worker's record carries them."""
+    from loadgen.records import RequestRecord
+    from loadgen.results import request_record
+
+    spec = {"spec_verify_ct": 40, "spec_accept_length": 3.37}
+    base = (0, 0, 0, 1, 11, 200, None, None, [5, 11], [1, 1], 2, 8, "server", 0, 5, 0)
+    assert request_record(RequestRecord(*base, spec), 0, False)["spec"] == spec
+    assert "spec" not in request_record(RequestRecord(*base), 0, False)
