@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import catalog, hwprofile
+from . import catalog, hwprofile, quantization
 
 SGLANG_KV_DTYPES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
 VLLM_KV_DTYPES = ["auto", "fp8", "fp8_e5m2", "fp8_e4m3", "bfloat16", "fp8_inc", "fp8_ds_mla"]
@@ -379,7 +379,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Config:
 
 def _check_model(p: argparse.ArgumentParser, flag: str, value: str) -> catalog.ModelSpec:
     try:
-        return catalog.load_model(value)
+        return quantization.load_checkpoint(value)
     except KeyError:
         p.error(
             f"argument {flag}: {value!r} is neither a catalogue model "

@@ -15,7 +15,7 @@ import socket
 import sys
 from typing import Any
 
-from . import api, capacity, catalog, cli, cluster, nccl
+from . import api, capacity, catalog, cli, cluster, nccl, quantization
 from .costmodel import CostModel
 from .engine import Engine
 from .httpserver import serve
@@ -79,9 +79,19 @@ def _oom_exit(cfg: cli.Config, log: Logger, message: str) -> None:
 
 def main(argv: list[str]) -> int:
     cfg = cli.parse(argv)
-    model = catalog.load_model(cfg.model_path)
     hw = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override)
     log = Logger(cfg.flavour, _tp_suffix(cfg))
+    try:
+        model = quantization.apply(
+            quantization.load_checkpoint(cfg.model_path),
+            cfg.raw.get("quantization"),
+            hw,
+            cfg.flavour,
+            dict(os.environ),
+        )
+    except quantization.QuantError as e:
+        log.error(str(e))
+        return 1
     try:
         import uvloop  # type: ignore[import-not-found]
 
@@ -100,6 +110,11 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     _preamble(cfg, log, model)
+    for q in quantization.log_lines(model):
+        if cfg.flavour == "sglang":
+            log.sgl(q.text, rank=True, level=q.level)
+        else:
+            log.vllm(q.text, src=q.src, proc="Worker_TP0" if cfg.tp > 1 else "EngineCore_DP0", level=q.level)
     if cfg.sim.start_delay_s:
         await asyncio.sleep(cfg.sim.start_delay_s)
     if cfg.sim.oom_at_start:

@@ -17,6 +17,7 @@ LABS = (
     "kv_pressure",
     "fp8_kv",
     "ngram_spec",
+    "quant_matrix",
 )
 
 GOALS = {
@@ -38,6 +39,8 @@ GOALS = {
     "announces it at start-up?",
     "ngram_spec": "How many draft tokens does n-gram speculation get accepted on repetitive text and on "
     "prose, and does it speed decoding up against the baseline?",
+    "quant_matrix": "How do FP8 and INT4 (AWQ, GPTQ) weights change memory, time per output token and "
+    "throughput against the 16-bit baseline, and which kernel did the engine actually run for each?",
 }
 
 # The engine flag words that mean "CUDA graphs off" etc. are configuration, not code: see
