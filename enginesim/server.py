@@ -15,7 +15,7 @@ import socket
 import sys
 from typing import Any
 
-from . import api, capacity, catalog, cli, cluster, nccl, quantization
+from . import api, capacity, catalog, cli, cluster, nccl, profiling, quantization
 from .costmodel import CostModel
 from .engine import Engine
 from .httpserver import serve
@@ -202,6 +202,7 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
         }
     )
     app = api.App(engine, tok, info)
+    profiling.attach(app, engine, cfg.flavour, cfg.tp, cfg.sim.time_scale, log, dict(os.environ))
 
     def crash(msg: str) -> None:
         if cfg.flavour == "sglang":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.labs import quant
+from analysis.labs import quant, tp
 from analysis.labs.load import Variant
 from analysis.labs.verdicts import Verdict
 
@@ -28,4 +28,5 @@ class AdvancedLab:
 
 LABS = {
     "quant_matrix": AdvancedLab(quant.figures, quant.judge, quant.pitfalls, timed=True),
+    "tp_scaling": AdvancedLab(tp.figures, tp.judge, tp.pitfalls, timed=True),
 }

@@ -22,7 +22,7 @@ import orjson
 
 from analysis.atomic import write_bytes, write_json
 from analysis.errors import InputError
-from analysis.labs import quant_plan
+from analysis.labs import quant_plan, tp_plan
 from analysis.labs.definitions import GOALS, LABS
 
 PLAN_SCHEMA = "quickmap.labs.plan/1"
@@ -35,6 +35,7 @@ ENGINE_VARS = (
     "engine_max_running_requests",
     "engine_mem_fraction_static",
     "engine_cuda_graph_max_bs",
+    "engine_tp_size",
 )
 # Token ids for generated prompts: ordinary tokens in every common vocabulary (as loadgen's default).
 ID_RANGE = (1000, 30000)
@@ -234,6 +235,7 @@ class _Runs:
         request_rate: str = "inf",
         extra: list[str] | None = None,
         expect_output_len: int | None = None,
+        profile: bool = False,
     ) -> None:
         c = self.client
         argv = [
@@ -282,6 +284,7 @@ class _Runs:
                 "sample_metrics": sample,
                 "phase": phase,
                 "rate_from": rate_from,
+                "profile": profile,
             }
         )
 
@@ -538,6 +541,7 @@ _PLANNERS = {
     "fp8_kv": None,
     "ngram_spec": _plan_ngram,
     "quant_matrix": quant_plan.plan,
+    "tp_scaling": tp_plan.plan,
 }
 
 
