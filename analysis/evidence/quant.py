@@ -32,6 +32,10 @@ _SELECTED = re.compile(r"(?:Selected|Using) (?P<k>\w+Kernel) for (?P<m>\w+)")
 _FP8_CKPT = re.compile(r"Detected fp8 checkpoint")
 _FP8_MARLIN = re.compile(r"does not have native support for FP8 computation.*Weight-only FP8 compression")
 _FP4_MARLIN = re.compile(r"does not have native support for FP4 computation.*Weight-only FP4 compression")
+_FP8_FALLBACK = (
+    "FP8 weight-only Marlin (W8A16) instead of an FP8 GEMM (the engine says the GPU has no native FP8)"
+)
+_FP4_FALLBACK = "FP4 weight-only Marlin instead of an FP4 GEMM (the engine says the GPU has no native FP4)"
 _NOT_OPTIMIZED = re.compile(r"(?P<m>\w+) quantization is not fully optimized yet")
 # SGLang (2026): "Load weight end. elapsed=7.79 s, type=..., quant=fp8, fmt=e4m3, ..., mem usage=28.49 GB."
 _SGL_LOAD = re.compile(r"Load weight end\..*?(?:quant=(?P<q>\w+).*?)?mem usage=(?P<gb>[\d.]+) GB")
@@ -80,13 +84,16 @@ def kernel_evidence(log: str) -> KernelEvidence:
             ev.fp8_checkpoint, hit = True, True
             ev.method = ev.method or "fp8"
         if _FP8_MARLIN.search(line):
-            ev.fallback = "FP8 weight-only Marlin (W8A16): the GPU has no native FP8 GEMM"
+            ev.fallback = _FP8_FALLBACK
             ev.method = ev.method or "fp8"
             if ev.kernel is None or "Marlin" not in ev.kernel:
                 ev.kernel = "fp8_marlin (weight-only)"
             hit = True
         if _FP4_MARLIN.search(line):
-            ev.fallback, hit = "FP4 weight-only Marlin: the GPU has no native FP4 GEMM", True
+            ev.fallback, hit = (
+                "FP4 weight-only Marlin instead of an FP4 GEMM (the engine says the GPU has no native FP4)",
+                True,
+            )
         if m := _NOT_OPTIMIZED.search(line):
             ev.slow_path = ev.slow_path or f"{m['m']} runs a kernel the engine calls not fully optimized"
             hit = True
