@@ -122,6 +122,7 @@ def _pitfalls(
             for note in v.get("fp8_platform_notes", []):
                 out.append(f"{name}: platform note from its log: {note!r}")
     if lab == "prefix_cache":
+        out += prefix_chat_pitfalls(fig)
         for name, v in fig["variants"].items():
             chat = v.get("chat") or {}
             if (chat.get("warm_cached_tokens") or 0) > 0:
@@ -129,6 +130,42 @@ def _pitfalls(
                     f"{name}: the chat warm-up request already hit the cache ({chat['warm_cached_tokens']} "
                     "tokens) after its flush"
                 )
+    return out
+
+
+def prefix_chat_pitfalls(fig: dict[str, Any]) -> list[str]:
+    """The chat shape's TTFT against its server-reported cached tokens.
+
+    Why: the chat figures are printed but not judged; when a variant that reused its system prompt is
+    not faster than one that did not, the prefill it saved is smaller than the run's timing noise, and
+    a reader must not take either TTFT as the cache's effect. The noise shown is what the run itself
+    measured: the first identical request does the same work on every variant.
+    """
+    vs = fig["variants"]
+    out = []
+    for hit_name, hit in vs.items():
+        hc = hit.get("chat") or {}
+        if not hc.get("cached_tokens_median") or hc.get("ttft_p50_ms") is None:
+            continue
+        for miss_name, miss in vs.items():
+            mc = miss.get("chat") or {}
+            if miss_name == hit_name or mc.get("cached_tokens_median") != 0 or mc.get("ttft_p50_ms") is None:
+                continue
+            if hc["ttft_p50_ms"] < mc["ttft_p50_ms"]:
+                continue
+            firsts = [(r.get("identical_first") or {}).get("ttft_ms") for r in (hit, miss)]
+            same_work = (
+                f"; the first identical request (the same work on both) took {firsts[0]:.2f} vs "
+                f"{firsts[1]:.2f} ms"
+                if None not in firsts
+                else ""
+            )
+            out.append(
+                f"{hit_name}: the chat TTFT p50 ({hc['ttft_p50_ms']:.2f} ms, {hc['cached_tokens_median']:g} "
+                f"cached tokens per request) is not lower than {miss_name}'s ({mc['ttft_p50_ms']:.2f} ms, "
+                f"nothing cached): the prefill saved is below this run's timing noise{same_work}; do not "
+                "read either chat TTFT as the cache's effect"
+            )
     return out
 
 

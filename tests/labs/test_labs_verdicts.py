@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 from analysis.labs import verdicts as V
+from analysis.labs.judge import prefix_chat_pitfalls
 
 TH = V.thresholds(None)
 CMP_EAGER = [
@@ -283,3 +284,18 @@ def test_direction_margin() -> None:
     assert V.direction(1.0, 0.8, 0.1) == "lower"
     assert V.direction(0.0, 0.0, 0.1) == "same"
     assert V.direction(None, 1.0, 0.1) is None
+
+
+def test_chat_ttft_that_contradicts_the_cached_tokens_is_flagged_with_the_runs_own_noise() -> None:
+    def row(first: float, chat_p50: float, cached: float) -> dict:
+        return {
+            "identical_first": {"ttft_ms": first},
+            "chat": {"ttft_p50_ms": chat_p50, "cached_tokens_median": cached},
+        }
+
+    contradicting = {"variants": {"cache_on": row(9.97, 3.05, 768), "cache_off": row(6.07, 2.09, 0)}}
+    (note,) = prefix_chat_pitfalls(contradicting)
+    assert note.startswith("cache_on: the chat TTFT p50 (3.05 ms, 768 cached")
+    assert "cache_off's (2.09 ms" in note and "9.97 vs 6.07 ms" in note
+    consistent = {"variants": {"cache_on": row(6.0, 1.2, 768), "cache_off": row(6.1, 2.1, 0)}}
+    assert prefix_chat_pitfalls(consistent) == []
