@@ -18,8 +18,10 @@ from analysis.labs.figures import run_stats
 from analysis.labs.load import Variant
 from analysis.labs.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Verdict
 
-# A rate the server keeps up with delivers at least this fraction of the offered requests per second.
-KEEP_UP = 0.9
+# The knee: the first rate whose median TTFT is more than this many times the lowest rate's (requests
+# queue for prefill). Not the achieved request rate: with a finite prompt count it always trails the
+# offered rate by the last requests' own latency.
+KNEE_TTFT_FACTOR = 2.0
 
 
 def efficiency(throughput_n: float | None, n: int, throughput_1: float | None) -> float | None:
@@ -30,10 +32,15 @@ def efficiency(throughput_n: float | None, n: int, throughput_1: float | None) -
 
 
 def knee(rows: list[dict[str, Any]]) -> float | None:
-    """The lowest offered rate the server did not keep up with (achieved < KEEP_UP x offered)."""
-    for row in sorted(rows, key=lambda x: x["rate"]):
-        got = row.get("achieved_req_s")
-        if got is not None and got < KEEP_UP * row["rate"]:
+    """The lowest offered rate at which requests queue: TTFT p50 above KNEE_TTFT_FACTOR x the lowest
+    rate's TTFT p50 (None: no rate queued, or the lowest rate has no TTFT)."""
+    ordered = sorted(rows, key=lambda x: x["rate"])
+    if not ordered or not ordered[0].get("ttft_p50_ms"):
+        return None
+    floor = ordered[0]["ttft_p50_ms"]
+    for row in ordered[1:]:
+        t = row.get("ttft_p50_ms")
+        if t is not None and t > KNEE_TTFT_FACTOR * floor:
             return row["rate"]
     return None
 
@@ -160,8 +167,8 @@ def pitfalls(fig: dict[str, Any], wl: dict[str, Any]) -> list[str]:
     for name, v in fig["variants"].items():
         if v["knee_req_s"] is None:
             out.append(
-                f"{name}: kept up with every rate: its knee lies above "
-                f"{max(r['rate'] for r in v['rates'])} req/s"
+                f"{name}: no queueing at any rate (TTFT p50 within {KNEE_TTFT_FACTOR:g}x the lowest rate's): "
+                f"its knee lies above {max(r['rate'] for r in v['rates'])} req/s"
             )
         if v["trace"]["status"] != "read":
             out.append(f"{name}: profiler trace {v['trace']['status']}")
