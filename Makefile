@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make run ARGS="-i inventory/dual --tags mixed"
 ARGS ?=
 
-.PHONY: all venv run test lint unit system-deps zipapp bench clean
+.PHONY: all venv run test lint unit system-deps zipapp bench clean role-docs
 
 all: test
 
@@ -52,6 +52,10 @@ bench: $(STAMP) zipapp
 	$(PY) benchmarks/bench_orchestration.py
 	$(PY) benchmarks/bench_rig_orchestration.py
 	$(PY) benchmarks/bench_labs.py
+
+# Regenerate every role's argument_specs.yml options and README variable table from defaults/main.yml.
+role-docs: $(STAMP)
+	$(PY) tools/role_docs.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -74,6 +74,34 @@ options:
     description: Server health endpoint probed from the node when the case failed (empty = no probe).
     type: str
     default: ""
+  controller_case_dir:
+    description:
+      - Action plugin (controller side) - the case directory on the controller, where C(meta.json) is written
+        (running, then completed or failed) and the result is fetched to.
+    type: str
+    required: true
+  node_is_controller:
+    description:
+      - Action plugin (controller side) - V(true) when the node's case directory IS O(controller_case_dir)
+        (a local run), so nothing is fetched.
+    type: bool
+    default: true
+  meta:
+    description:
+      - Action plugin (controller side) - the case's fields recorded in C(meta.json) (workload, command,
+        plan).
+    type: dict
+    default: {}
+  server_log:
+    description:
+      - Action plugin (controller side) - the server log on the node, read to classify a failure (empty =
+        not read).
+    type: str
+    default: ""
+  label:
+    description: Action plugin (controller side) - the case's name in messages (empty = O(case_dir)).
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
