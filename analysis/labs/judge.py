@@ -133,6 +133,33 @@ def _pitfalls(
     return out
 
 
+def sweep_flip_pitfalls(fig: dict[str, Any], comps: list[dict[str, Any]], margin: float) -> list[str]:
+    """eager_vs_graph: the concurrencies the verdict does not read whose TPOT p50 moved against it.
+
+    Why: the verdict reads the lowest concurrency only, but the observation prints every one; a
+    concurrency where the treatment went the other way must not pass unremarked (on a loaded box the
+    emulator's lag can be as long as a whole short run at high concurrency).
+    """
+    vs = fig["variants"]
+    out = []
+    for c in comps:
+        base, treat = vs.get(c["baseline"]) or {}, vs.get(c["treatment"]) or {}
+        keyed = sorted((r.get("concurrency") or 0, k) for k, r in base.items())
+        for conc, key in keyed[1:]:
+            a = (base.get(key) or {}).get("tpot_p50_ms")
+            b = (treat.get(key) or {}).get("tpot_p50_ms")
+            d = verdicts.direction(a, b, margin)
+            if d is not None and d != c.get("expect", "lower"):
+                how = f"within ±{margin:.0%} of" if d == "same" else f"{d} than"
+                out.append(
+                    f"at C={conc} the TPOT p50 of {c['treatment']} ({b:.2f} ms) is {how} "
+                    f"{c['baseline']}'s ({a:.2f} ms), not {c.get('expect', 'lower')} as expected; "
+                    "the verdict reads the lowest concurrency only: check the realtime verdicts above "
+                    "before reading this concurrency"
+                )
+    return out
+
+
 def prefix_chat_pitfalls(fig: dict[str, Any]) -> list[str]:
     """The chat shape's TTFT against its server-reported cached tokens.
 
@@ -297,6 +324,11 @@ def judge(lab_dir: str | Path, started_at: float | None = None) -> dict[str, Any
         }
         for name, v in variants.items()
     }
+    pitfalls = _pitfalls(lab, engine, variants, fig, plan["workload"])
+    if lab == "eager_vs_graph":
+        pitfalls += sweep_flip_pitfalls(fig, plan["comparisons"], th["margin"])
+    if adv is not None:
+        pitfalls += adv.pitfalls(fig, plan["workload"])
     doc = {
         "schema": LAB_SCHEMA,
         "lab": lab,
@@ -310,8 +342,7 @@ def judge(lab_dir: str | Path, started_at: float | None = None) -> dict[str, Any
         "setup": _setup(plan, variants),
         "figures": fig,
         "evidence": evidence,
-        "pitfalls": _pitfalls(lab, engine, variants, fig, plan["workload"])
-        + (adv.pitfalls(fig, plan["workload"]) if adv is not None else []),
+        "pitfalls": pitfalls,
         "thresholds": th,
         "started_at_epoch_s": started_at,
         "wall_s": _wall_s(lab_dir, started_at),

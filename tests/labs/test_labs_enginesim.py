@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from labs_helpers import DEFAULTS, REPO
 
+from analysis.labs.verdicts import TIMED_LABS
+
 sys.path.insert(0, str(REPO))
 from tests.ansible.runner import ansible_env, free_port, pid_alive
 
@@ -123,7 +125,15 @@ def test_every_lab_leaves_commands_logs_results_and_an_emulated_report(labs) -> 
             assert all(word in cmd for word in v["flags"]), (lab, v["flags"])
             log = (vdir / "server" / "localhost.log").read_text()
             assert "KV Cache is allocated" in log or "GPU KV cache size" in log, lab
-            assert v["realtime"] in ("ok", "degraded"), (lab, v["realtime_reason"])
+            # A lab that rests on time is never judged on an emulator that fell behind; one that rests
+            # on counts (kv_pressure, fp8_kv) keeps its verdict and names the lag among its pitfalls.
+            assert v["realtime"] in ("ok", "degraded", "saturated"), (lab, v["realtime_reason"])
+            if v["realtime"] == "saturated" and lab in TIMED_LABS:
+                assert doc["verdict"] == "inconclusive", (lab, doc["reason"])
+            assert any(
+                p.startswith(f"{v['name']}: emulated by enginesim") and v["realtime"] in p
+                for p in doc["pitfalls"]
+            ), lab
             assert v["gpu_idle_before_start"][0]["checked"] is False  # said, not hidden: no nvidia-smi here
             for run in doc["evidence"][v["name"]]["runs"]:
                 rdir = vdir / "runs" / run
@@ -161,9 +171,16 @@ def test_a_long_prefill_stalls_the_stream_and_a_smaller_step_bounds_it(labs) -> 
     f = doc["figures"]["variants"]
     big = f["chunk8192"] if labs["engine"] == "sglang" else f["budget8192"]
     small = f["chunk512_mixed"] if labs["engine"] == "sglang" else f["budget512"]
-    for v in (big, small):
-        # after event 20 of the stream, within the client's send jitter on a loaded box
-        assert v["valid_reps"] == 2 and all(17 <= k <= 23 for k in v["events_before_injection"])
+    names = ("chunk8192", "chunk512_mixed") if labs["engine"] == "sglang" else ("budget8192", "budget512")
+    for name, v in zip(names, (big, small), strict=True):
+        # mid-stream, near event 20: the rate comes from the probe's own event times, so on a loaded box
+        # the client's send timing moves it by a few events; every rep is judged on its own events and
+        # an off-target index is named among the pitfalls
+        assert v["valid_reps"] == 2 and all(10 <= k <= 30 for k in v["events_before_injection"]), name
+        off = [k for k in v["events_before_injection"] if k != 20]
+        if off:
+            said = f"{name}: the injection went out after event(s) {off} of the stream, not 20"
+            assert any(p.startswith(said) for p in doc["pitfalls"]), (said, doc["pitfalls"])
     assert big["max_gap_during_ms_median"] >= 5 * big["median_gap_before_ms"]
     assert small["max_gap_during_ms_median"] < big["max_gap_during_ms_median"] / 3
     assert (labs["dir"] / "chunk_interference" / "plots" / "gap_timeline.png").is_file()

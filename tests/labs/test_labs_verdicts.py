@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 
 from analysis.labs import verdicts as V
-from analysis.labs.judge import prefix_chat_pitfalls
+from analysis.labs.judge import prefix_chat_pitfalls, sweep_flip_pitfalls
 
 TH = V.thresholds(None)
 CMP_EAGER = [
@@ -299,3 +299,17 @@ def test_chat_ttft_that_contradicts_the_cached_tokens_is_flagged_with_the_runs_o
     assert "cache_off's (2.09 ms" in note and "9.97 vs 6.07 ms" in note
     consistent = {"variants": {"cache_on": row(6.0, 1.2, 768), "cache_off": row(6.1, 2.1, 0)}}
     assert prefix_chat_pitfalls(consistent) == []
+
+
+def test_a_concurrency_the_graph_verdict_does_not_read_is_flagged_when_it_goes_the_other_way() -> None:
+    def rows(*tpots: float) -> dict:
+        return {f"c{c}": {"concurrency": c, "tpot_p50_ms": t} for c, t in zip((1, 4, 16), tpots, strict=True)}
+
+    comps = [{"baseline": "graph", "treatment": "eager", "expect": "higher"}]
+    flipped = {"variants": {"graph": rows(0.46, 0.42, 1.49), "eager": rows(1.36, 1.43, 0.89)}}
+    (note,) = sweep_flip_pitfalls(flipped, comps, 0.1)
+    assert note.startswith("at C=16 the TPOT p50 of eager (0.89 ms) is lower than graph's (1.49 ms)")
+    even = {"variants": {"graph": rows(0.46, 0.42, 1.0), "eager": rows(1.36, 1.43, 1.05)}}
+    assert "within ±10% of" in sweep_flip_pitfalls(even, comps, 0.1)[0]
+    consistent = {"variants": {"graph": rows(0.46, 0.42, 0.8), "eager": rows(1.36, 1.43, 1.6)}}
+    assert sweep_flip_pitfalls(consistent, comps, 0.1) == []
