@@ -1,7 +1,7 @@
 """Walk a run directory and pair every rep directory with its meta.json and result file.
 
 A directory without ``cases/`` or ``mixed/`` is taken as a flat directory of result files (any
-client's, e.g. ``../shared``-style peer outputs): each ``*.json``/``*.jsonl``/``*.log`` file directly
+client's, e.g. a folder of peer-client outputs): each ``*.json``/``*.jsonl``/``*.log`` file directly
 in it is one entry of suite ``files``, named after the file. Our own outputs and quickmap's state
 files are skipped. AIPerf writes a summary (``X_aiperf.json``) and the per-request records of the
 same run (``X.jsonl``) side by side: they become one entry, the records as its ``details``.

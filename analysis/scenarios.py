@@ -1,6 +1,6 @@
 """The scenario table: parse, validate and expand it into planned cases.
 
-Rules (DESIGN.md "The scenario table"): exact tab-separated header, integer fields > 0
+Rules (docs/README.md, "The scenario table"): exact tab-separated header, integer fields > 0
 (warmup >= 0), unique case ids, known stages; ``num_prompts = max(concurrency * multiplier, minimum)``.
 """
 

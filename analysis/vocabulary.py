@@ -1,4 +1,4 @@
-"""The run-directory vocabulary of DESIGN.md: case statuses, error types, run statuses.
+"""The run-directory vocabulary of docs/README.md: case statuses, error types, run statuses.
 
 Kept apart (and import-free) so the CLI can offer the choices without loading the state code.
 """

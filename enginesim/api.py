@@ -1,7 +1,7 @@
 """HTTP surfaces of SGLang and vLLM on top of the engine: routes, payload validation, SSE formats, errors.
 
 Why: quickmap's client, its Ansible health checks and its metric scrapes are written against the real
-engines; every status code, error body and stream chunk here follows engine-surfaces.md.
+engines; every status code, error body and stream chunk here follows docs/engine-surfaces.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,14 @@
-"""``python -m loadgen``: flags mirror ``python -m sglang.bench_serving`` (contracts.md §2).
+"""``python -m loadgen``: flags mirror ``python -m sglang.bench_serving`` (docs/bench-clients.md).
 
-Exit codes: 0 run finished (failed requests are counted in the file), 1 --strict and the run is
-unreliable, 2 bad arguments (the message names the flag), 3 the run was refused (the cache flush
-never succeeded), 130 interrupted (what was measured is written, complete=false).
+``main`` runs the steps in order: parse and validate, plan (prompts, schedule, request bytes), run
+(runner.py: the workers), then write the result and choose the exit code.
+
+Exit codes (README.md "Exit codes"): 0 the run finished and no more than --max-failed-fraction of its
+requests failed; 1 --strict and the run is unreliable; 2 bad arguments (the message names the flag);
+3 the run failed its own bar: more than --max-failed-fraction of the requests failed (the result is
+written), or it was refused before the main phase (--flush-cache never succeeded; no result);
+128 + signal number when SIGINT (130) or SIGTERM (143) cut it short: what was measured is written
+with ``complete: false`` and ``interrupted_by``.
 """
 
 from __future__ import annotations
@@ -10,19 +16,21 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import random
 import resource
+import signal
 import sys
 import time
 import urllib.parse
+from dataclasses import dataclass
 from time import perf_counter_ns
 
 from . import __version__, arrivals, backends, datasets, results, runner, serverapi
-from .httpconn import build_request
-from .tokenizer import TokenizerError, load_tokenizer
+from .plan import Plan, discover_model, log, make_plan
+from .records import RequestRecord
+from .tokenizer import TokenizerError
 
 MARKER = "Starting main benchmark run..."
-WARMUP_OUTPUT_CAP = 16
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _pos_int(flag: str, minimum: int = 1):
@@ -111,6 +119,12 @@ def make_parser() -> argparse.ArgumentParser:
     a("--flush-cache", action="store_true", help="flush the prefix cache before the main phase")
     a("--flush-timeout", type=float, default=60.0, help="keep retrying the flush this long (s)")
     a("--strict", action="store_true", help="exit 1 when the run is unreliable")
+    a(
+        "--max-failed-fraction",
+        type=float,
+        default=0.0,
+        help="exit 3 when more than this fraction of the main-phase requests failed (default 0)",
+    )
     a("--max-lag-ms", type=float, default=25.0, help="loop/schedule lag p99 above this = unreliable")
     a("--workers", type=_workers, default="auto", help="worker processes (N or auto)")
     a("--no-uvloop", action="store_true")
@@ -136,6 +150,8 @@ def validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.arrival = "poisson" if args.burstiness == 1.0 else "gamma"
     elif args.arrival == "poisson" and args.burstiness != 1.0:
         p.error("--burstiness != 1 needs --arrival gamma (Poisson is gamma with burstiness 1)")
+    if not 0.0 <= args.max_failed_fraction <= 1.0:
+        p.error(f"--max-failed-fraction must be in [0, 1], got {args.max_failed_fraction:g}")
     if not args.request_timeout > 0:
         p.error(f"--request-timeout must be > 0, got {args.request_timeout:g}")
     if args.dataset_name in ("jsonl", "sharegpt") and not args.dataset_path:
@@ -192,130 +208,70 @@ def write_phase(path: str | None, phase: str) -> None:
         results.write_atomic(path, {"phase": phase, "time": time.time()})
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
+@dataclass
+class Clock:
+    """The run's time origin, on both clocks (every ``*_s`` in the result counts from it)."""
+
+    t0_ns: int
+    t0_epoch: float
 
 
-def make_prompts(args, tok, want_ids: bool) -> tuple[list, list, dict]:
-    """(main prompts, warm-up prompts, dataset info) for the chosen dataset."""
-    rng = random.Random(args.seed)
-    maker = datasets.PromptMaker(tok, want_ids, rng)
-    n = args.num_prompts
-    info: dict = {}
-    if args.dataset_name == "random":
-        lo, hi = datasets.len_window(
-            args.random_input_len, args.random_range_ratio, args.range_ratio_semantics
-        )
-        olo, ohi = datasets.len_window(
-            args.random_output_len, args.random_range_ratio, args.range_ratio_semantics
-        )
-        log(
-            f"Sampling input_len from [{lo}, {hi}] and output_len from [{olo}, {ohi}] "
-            f"({args.range_ratio_semantics} range-ratio semantics, ratio {args.random_range_ratio:g})"
-        )
-        ins = datasets.sample_lens(
-            args.random_input_len, args.random_range_ratio, args.range_ratio_semantics, n, rng
-        )
-        outs = datasets.sample_lens(
-            args.random_output_len, args.random_range_ratio, args.range_ratio_semantics, n, rng
-        )
-        main = datasets.random_prompts(maker, n, ins, outs)
-    elif args.dataset_name == "shared-prefix":
-        main = datasets.shared_prefix_prompts(
-            maker,
-            n,
-            args.gsp_num_groups,
-            args.gsp_system_prompt_len,
-            args.gsp_question_len,
-            args.gsp_output_len,
-        )
-    elif args.dataset_name == "jsonl":
-        main = datasets.jsonl_prompts(args.dataset_path, n, args.random_output_len, tok, want_ids, rng)
-    else:
-        main = datasets.sharegpt_prompts(args.dataset_path, n, args.sharegpt_output_len, tok, rng)
-    # warm-up prompts are fresh random ones (other seed) so they do not prime the prefix cache
-    wmaker = datasets.PromptMaker(tok, want_ids, random.Random(args.seed + 7919))
-    warm = []
-    for i in range(args.warmup_requests):
-        ref = main[i % len(main)]
-        warm.append(wmaker.make(max(1, min(ref.input_len, 4096)), min(ref.output_len, WARMUP_OUTPUT_CAP)))
-    info["prompt_len_mismatch_tokens"] = maker.mismatch
-    info["input_lens_checked"] = all(pr.len_checked for pr in main)
-    return main, warm, info
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = make_parser()
-    args = p.parse_args(argv)
-    validate(p, args)
-    t0_ns = perf_counter_ns()
-    t0_epoch = time.time()
+def raise_open_files_limit() -> None:
+    """Thousands of streams need thousands of sockets: lift the soft limit to the hard one."""
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft < hard:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ValueError, OSError):
         pass
-    kind = backends.api_kind(args.backend)
-    if args.model is None:
-        args.model = serverapi.first_model(args.base_url) if kind != "native" else None
-        if args.model is None and kind != "native":
-            p.error(
-                f"--model is required for --backend {args.backend} ({args.base_url}/v1/models gave no id)"
-            )
-    try:
-        tok = load_tokenizer(args.tokenizer, args.base_url, args.model or "")
-    except TokenizerError as exc:
-        p.error(str(exc))
-    want_ids = backends.accepts_ids(args.backend) and args.prompt_format != "text"
-    if args.prompt_format == "auto" and args.dataset_name in ("jsonl", "sharegpt"):
-        want_ids = want_ids and args.dataset_name == "jsonl"
-    try:
-        main_prompts, warm_prompts, dinfo = make_prompts(args, tok, want_ids)
-    except datasets.DatasetError as exc:
-        p.error(str(exc))
-    n = len(main_prompts)
-    offsets = arrivals.schedule(n, args.request_rate, args.arrival, args.burstiness, args.seed)
-    ignore_eos = not args.disable_ignore_eos
-    path = backends.PATHS[args.backend]
-    hostport = f"{args.host}:{args.port}"
 
-    def payload(pr: datasets.Prompt) -> bytes:
-        body = backends.build_body(args.backend, args.model or "", pr.text, pr.ids, pr.output_len, ignore_eos)
-        return build_request("POST", hostport, path, body)
 
-    main_items = [
-        (i, int(offsets[i] * 1e9), payload(pr), pr.input_len, pr.output_len)
-        for i, pr in enumerate(main_prompts)
-    ]
-    warm_items = [(-1 - i, 0, payload(pr), pr.input_len, pr.output_len) for i, pr in enumerate(warm_prompts)]
-    workers = auto_workers(args.max_concurrency, n) if args.workers == "auto" else args.workers
-    log(f"#Input tokens: {sum(pr.input_len for pr in main_prompts)}")
-    log(f"#Output tokens: {sum(pr.output_len for pr in main_prompts)}")
+def ignore_stop_signals() -> None:
+    """Once the run is over (or cut short), nothing may interrupt writing what was measured."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def plan_run(p: argparse.ArgumentParser, args: argparse.Namespace) -> Plan:
+    args.model = discover_model(args)
+    if args.model is None and backends.api_kind(args.backend) != "native":
+        p.error(f"--model is required for --backend {args.backend} ({args.base_url}/v1/models gave no id)")
+    try:
+        return make_plan(args)
+    except (TokenizerError, datasets.DatasetError) as exc:
+        p.error(str(exc))
+
+
+def announce(args: argparse.Namespace, plan: Plan, workers: int) -> None:
+    log(f"#Input tokens: {plan.input_tokens}")
+    log(f"#Output tokens: {plan.output_tokens}")
     log(
-        f"loadgen {__version__}: {n} requests to {args.base_url}{path}, workers={workers}, "
+        f"loadgen {__version__}: {len(plan.main)} requests to {args.base_url}{plan.path}, workers={workers}, "
         f"max_concurrency={args.max_concurrency}, request_rate={args.request_rate or 'inf'}"
     )
 
-    metrics: dict = {"before": None, "after": None, "raw_before": None}
-    refused: list[str] = []
+
+def run_phases(
+    args: argparse.Namespace, plan: Plan, workers: int, signals: runner.StopSignals
+) -> tuple[runner.RunOutcome, dict | None]:
+    """Warm-up, the optional cache flush and /metrics scrape, the main phase; (outcome, metrics)."""
+    metrics: dict = {"before": None, "after": None}
 
     def before_main() -> None:
-        if warm_items:
-            log(f"Warmup completed with {len(warm_items)} sequences.")
+        if plan.warm:
+            log(f"Warmup completed with {len(plan.warm)} sequences.")
         if args.flush_cache:
             ok, msg = serverapi.flush_cache(args.base_url, args.backend, args.flush_timeout)
             log(f"flush cache: {msg}")
             if not ok:
-                refused.append(msg)
-                raise KeyboardInterrupt  # unwinds the runner cleanly; reported as refused below
+                raise runner.RunRefused(msg)
         if args.scrape_metrics:
             metrics["before"], _ = serverapi.scrape(args.base_url)
         write_phase(args.phase_file, "main")
         log(MARKER)
 
-    if warm_items:
-        log(f"Starting warmup with {len(warm_items)} sequences...")
+    if plan.warm:
+        log(f"Starting warmup with {len(plan.warm)} sequences...")
     write_phase(args.phase_file, "warmup")
     out = runner.run(
         args.host,
@@ -324,38 +280,29 @@ def main(argv: list[str] | None = None) -> int:
         workers,
         args.max_concurrency,
         args.request_timeout,
-        warm_items,
-        main_items,
+        plan.warm,
+        plan.main,
         before_main,
+        signals,
         use_uvloop=not args.no_uvloop,
         kernel_ts=args.timestamps == "kernel",
     )
-    if refused:
-        print(f"loadgen: run refused: --flush-cache: {refused[0]}", file=sys.stderr, flush=True)
-        write_phase(args.phase_file, "done")
-        return 3
-    if args.scrape_metrics and not out.interrupted:
+    ignore_stop_signals()
+    if args.scrape_metrics and not out.cut_short:
         metrics["after"], _ = serverapi.scrape(args.base_url)
     write_phase(args.phase_file, "done")
-    server_metrics = None
-    if metrics["before"] is not None and metrics["after"] is not None:
-        server_metrics = {
-            "before": metrics["before"],
-            "after": metrics["after"],
-            "delta": serverapi.counter_deltas(metrics["before"], metrics["after"]),
-        }
-    reasons = [f"worker failure: {e}" for e in out.worker_errors]
-    if out.unstamped_reads:
-        print(
-            f"loadgen: {out.unstamped_reads} reads came without a kernel receive timestamp (stamping "
-            "not switched on yet, or this kernel does not stamp TCP receives); their events were "
-            "timed at the read",
-            file=sys.stderr,
-            flush=True,
-        )
-    if out.interrupted:
-        reasons.append("interrupted: the run is incomplete")
-    cfg = {
+    if metrics["before"] is None or metrics["after"] is None:
+        return out, None
+    delta = serverapi.counter_deltas(metrics["before"], metrics["after"])
+    return out, {"before": metrics["before"], "after": metrics["after"], "delta": delta}
+
+
+def config_of(
+    args: argparse.Namespace, clock: Clock, plan: Plan | None, out: runner.RunOutcome, workers: int
+) -> dict:
+    """The result's header: the run as asked, and what the plan and the workers made of it."""
+    n = len(plan.main) if plan else args.num_prompts
+    return {
         "schema": "quickmap.loadgen/1",
         "tool": {"name": "loadgen", "version": __version__},
         "backend": args.backend,
@@ -368,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "random_output_len": args.random_output_len,
         "random_range_ratio": args.random_range_ratio,
         "range_ratio_semantics": args.range_ratio_semantics,
-        "prompt_format": "ids" if want_ids else "text",
+        "prompt_format": ("ids" if plan.want_ids else "text") if plan else args.prompt_format,
         "num_prompts": n,
         "max_concurrency": args.max_concurrency,
         "request_rate": args.request_rate,
@@ -376,46 +323,114 @@ def main(argv: list[str] | None = None) -> int:
         "arrival": args.arrival,
         "warmup_requests": args.warmup_requests,
         "seed": args.seed,
-        "ignore_eos": ignore_eos,
+        "ignore_eos": not args.disable_ignore_eos,
         "timestamps": args.timestamps,
         "reads_without_kernel_stamp": out.unstamped_reads,
         "workers": max(1, min(workers, args.max_concurrency or workers, n)),
-        "t0_epoch_s": t0_epoch,
-        "t0_monotonic_s": t0_ns / 1e9,  # same origin on CLOCK_MONOTONIC (to match server-side logs)
-        "dataset_info": dinfo,
-        "server_metrics": server_metrics,
-        "warmup_failed": sum(1 for r in out.warm if r[6] is not None),
+        "t0_epoch_s": clock.t0_epoch,
+        "t0_monotonic_s": clock.t0_ns / 1e9,  # same origin on CLOCK_MONOTONIC (to match server-side logs)
+        "interrupted_by": out.interrupted_by,
+        "max_failed_fraction": args.max_failed_fraction,
+        "dataset_info": plan.dataset_info if plan else {},
+        "server_metrics": None,
+        "warmup_failed": sum(1 for r in out.warm if r.error_class is not None),
         "connections": {
-            "preopened": sum(x[0] for x in out.pool),
-            "wanted": sum(x[1] for x in out.pool),
+            "preopened": sum(x.opened for x in out.pool),
+            "wanted": sum(x.wanted for x in out.pool),
             "opened_during_main": out.new_conns,
         },
     }
+
+
+def reliability_reasons(out: runner.RunOutcome, records: list[RequestRecord]) -> list[str]:
+    """Why the run's figures cannot be trusted as a whole, beyond the lag checks ``results.build`` adds."""
+    reasons = [f"worker failure: {e}" for e in out.worker_errors]
+    if out.interrupted_by:
+        reasons.append(f"interrupted by {out.interrupted_by}: the run is incomplete")
+    failed = [r.error_class for r in records if r.error_class is not None]
+    if failed:
+        classes = ", ".join(f"{c} {failed.count(c)}" for c in sorted(set(failed)))
+        reasons.append(f"{len(failed)} of {len(records)} requests failed ({classes})")
+    return reasons
+
+
+def write_result(
+    args: argparse.Namespace, clock: Clock, plan: Plan | None, out: runner.RunOutcome, workers: int,
+    server_metrics: dict | None,
+) -> dict:  # fmt: skip
+    if out.unstamped_reads:
+        warn(
+            f"{out.unstamped_reads} reads came without a kernel receive timestamp (stamping not switched on "
+            "yet, or this kernel does not stamp TCP receives); their events were timed at the read"
+        )
+    cfg = config_of(args, clock, plan, out, workers)
+    cfg["server_metrics"] = server_metrics
+    now = perf_counter_ns()
     res = results.build(
         cfg,
         out.main,
-        t0_ns,
-        out.main_start_ns or perf_counter_ns(),
-        out.main_over_ns or perf_counter_ns(),
+        clock.t0_ns,
+        out.main_start_ns or now,
+        out.main_over_ns or now,
         out.lags,
         args.output_details,
-        not out.interrupted,
+        out.interrupted_by is None,
         args.max_lag_ms,
-        reasons,
+        reliability_reasons(out, out.main),
     )
     if args.output_file:
         results.write_atomic(args.output_file, res)
     log(results.banner(res))
-    if out.interrupted:
-        return 130
-    if args.strict and not res["reliable"]:
-        print(
-            "loadgen: --strict: run unreliable: " + "; ".join(res["reliability"]["reasons"]),
-            file=sys.stderr,
-            flush=True,
+    return res
+
+
+def exit_code(args: argparse.Namespace, res: dict, out: runner.RunOutcome) -> int:
+    if out.interrupted_by:
+        warn(f"interrupted by {out.interrupted_by}: the result is written with complete=false")
+        return 128 + signal.Signals[out.interrupted_by].value
+    n = res["num_prompts"]
+    if res["failed"] > args.max_failed_fraction * n:
+        warn(
+            f"{res['failed']} of {n} requests failed ({res['errors_by_class']}), more than "
+            f"--max-failed-fraction {args.max_failed_fraction:g}: exit 3"
         )
+        return 3
+    if args.strict and not res["reliable"]:
+        warn("--strict: run unreliable: " + "; ".join(res["reliability"]["reasons"]))
         return 1
     return 0
+
+
+def warn(msg: str) -> None:
+    print(f"loadgen: {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser()
+    args = p.parse_args(argv)
+    validate(p, args)
+    clock = Clock(perf_counter_ns(), time.time())
+    raise_open_files_limit()
+    signals = runner.StopSignals()  # from here on a signal ends the run with what was measured
+    signals.install()
+    plan = None
+    workers = args.workers if args.workers != "auto" else 1
+    try:
+        plan = plan_run(p, args)
+        if args.workers == "auto":
+            workers = auto_workers(args.max_concurrency, len(plan.main))
+        announce(args, plan, workers)
+        out, server_metrics = run_phases(args, plan, workers, signals)
+    except runner.Interrupted as exc:  # before the workers ran: nothing measured, still said so
+        ignore_stop_signals()
+        write_phase(args.phase_file, "done")
+        out, server_metrics = runner.RunOutcome(), None
+        out.interrupted_by = exc.name
+    if out.refused is not None:
+        warn(f"run refused: --flush-cache: {out.refused}")
+        return 3
+    res = write_result(args, clock, plan, out, workers, server_metrics)
+    return exit_code(args, res, out)
 
 
 def entry() -> None:
@@ -423,9 +438,6 @@ def entry() -> None:
         code = main()
     except BrokenPipeError:
         code = 0
-    except KeyboardInterrupt:  # before the run started (prompt preparation): nothing measured
-        print("loadgen: interrupted before the run started", file=sys.stderr, flush=True)
-        code = 130
     sys.exit(code)
 
 

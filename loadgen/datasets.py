@@ -6,7 +6,7 @@ text; with a tokenizer it is decoded from ids and re-encoded, padding or trimmin
 exactly (up to 10 rounds, like vLLM), and the remaining mismatch is reported; the server's own
 prompt count is recorded per request either way.
 
-``--random-range-ratio`` has two meanings in the wild (bench-clients.md §5.4), chosen by
+``--random-range-ratio`` has two meanings in the wild (docs/bench-clients.md), chosen by
 ``--range-ratio-semantics``:
   sglang: length uniform on [max(int(L*r), 1), L]   (r in [0, 1]; r = 0 -> [1, L]; r = 1 -> L)
   vllm:   length uniform on [floor(L*(1-r)), ceil(L*(1+r))]   (r in [0, 1); r = 0 -> L)

@@ -7,7 +7,7 @@ possible when bytes arrive: one ``perf_counter_ns`` call first, then de-chunking
 ``bytes.find``; JSON decoding is left to the backend (usually after the request is finished).
 
 One ``Conn`` carries one request at a time (keep-alive, no pipelining). A request object (see
-``worker.Req``) is handed over with ``send``; the connection calls
+``backends.Req``) is handed over with ``send``; the connection calls
 ``req.on_event(t_ns, buf, start, end)`` for each complete SSE ``data:`` payload ``buf[start:end]``
 (bounds, not a copy: native SGLang events grow with the output), and
 ``owner.request_done(conn, req)`` once the response is over (or failed; ``req.error_class``/

@@ -1,4 +1,4 @@
-"""Per-request records and the summary (schema "quickmap.loadgen/1", contracts.md §3).
+"""Per-request records and the summary (schema "quickmap.loadgen/1", analysis/README.md).
 
 Definitions (also in README.md and stated in the output's ``definitions``):
   TTFT   = first content-bearing event received - request handed to the socket (send)
@@ -21,6 +21,10 @@ import math
 import operator
 import os
 import tempfile
+
+from .records import RequestRecord
+
+READ_TOGETHER_LIMIT = 0.005  # of all event gaps: about where a p99 starts to move
 
 DEFINITIONS = {
     "ttft": "first content event received - request handed to the socket",
@@ -64,34 +68,22 @@ def summary(vals: list[float]) -> dict[str, float | None]:
     }
 
 
-def request_record(rec: tuple, t0_ns: int, details: bool) -> dict:
-    """Turn a worker's raw tuple into the contract's per-request record."""
-    (
-        index,
-        sched,
-        slot,
-        send,
-        end,
-        status,
-        ecls,
-        err,
-        evt,
-        evtok,
-        out_toks,
-        in_toks,
-        src,
-        cached,
-        _first_byte,
-        enq,
-        spec,
-    ) = rec
+def request_record(rec: RequestRecord, t0_ns: int, details: bool) -> dict:
+    """Turn a worker's ``RequestRecord`` into the result's per-request record.
+
+    A request cut short by an interruption (class ``cancelled``) keeps the event times and tokens it
+    had received (``event_times_s``/``event_tokens``, with or without --output-details): the part
+    of its stream that was measured.
+    """
+    send, sched, slot = rec.send_ns, rec.sched_ns, rec.slot_ns
+    evt = rec.ev_times
     # a request that found every slot busy waited from its due time to its slot (queue time);
     # one that found a free slot has no queue time, so all its lateness is schedule lag
-    queue_ns = max(slot - sched, 0) if enq else 0
+    queue_ns = max(slot - sched, 0) if rec.enq_ns else 0
     lag_ns = max(send - sched - queue_ns, 0) if send else None
-    ok = ecls is None
+    ok = rec.error_class is None
     d = {
-        "index": index,
+        "index": rec.index,
         "scheduled_s": (sched - t0_ns) / 1e9,
         "send_s": (send - t0_ns) / 1e9 if send else None,
         "queue_time_ms": queue_ns / 1e6,
@@ -99,25 +91,25 @@ def request_record(rec: tuple, t0_ns: int, details: bool) -> dict:
         "ttft_ms": (evt[0] - send) / 1e6 if ok and evt else None,
         "e2e_ms": (evt[-1] - send) / 1e6 if ok and evt else None,
         "tpot_ms": None,
-        "input_tokens": in_toks,
-        "output_tokens": out_toks if ok else 0,
-        "tokens_source": src,
-        "cached_tokens": cached,
+        "input_tokens": rec.input_tokens,
+        "output_tokens": rec.output_tokens if ok else 0,
+        "tokens_source": rec.tokens_source,
+        "cached_tokens": rec.cached_tokens,
         "success": ok,
-        "error_class": ecls,
-        "error": err,
-        "http_status": status,
+        "error_class": rec.error_class,
+        "error": rec.error,
+        "http_status": rec.http_status,
     }
-    if spec:
-        d["spec"] = spec
-    if ok and evt and out_toks > 1:
-        d["tpot_ms"] = (d["e2e_ms"] - d["ttft_ms"]) / (out_toks - 1)
-    if details:
+    if rec.spec:
+        d["spec"] = rec.spec
+    if ok and evt and rec.output_tokens > 1:
+        d["tpot_ms"] = (d["e2e_ms"] - d["ttft_ms"]) / (rec.output_tokens - 1)
+    if details or (rec.error_class == "cancelled" and send):
         d["event_times_s"] = [(t - send) / 1e9 for t in evt]
-        d["event_tokens"] = list(evtok)
-    d["_end_ns"] = end
+        d["event_tokens"] = list(rec.event_tokens)
+    d["_end_ns"] = rec.end_ns
     d["_evt"] = evt
-    d["_evtok"] = evtok
+    d["_evtok"] = rec.event_tokens
     return d
 
 
@@ -150,7 +142,7 @@ def max_concurrent(intervals: list[tuple[int, int]]) -> int:
 
 def build(
     cfg: dict,
-    main_recs: list[tuple],
+    main_recs: list[RequestRecord],
     t0_ns: int,
     main_start_ns: int,
     main_over_ns: int,
@@ -194,6 +186,17 @@ def build(
         }
 
     reasons = list(extra_reasons)
+    # Events of one stream that one read returned carry the time of the last of them (kernel stamp of
+    # the last segment, or the read's time): the gap between them reads 0 and the gap before them
+    # grows by as much. Past READ_TOGETHER_LIMIT of all gaps, ITL and TTFT percentiles are not claimed.
+    read_together = itl_ev.count(0.0)
+    if itl_ev and read_together > READ_TOGETHER_LIMIT * len(itl_ev):
+        reasons.append(
+            f"{read_together} of {len(itl_ev)} events ({100 * read_together / len(itl_ev):.1f}%) were read "
+            f"together with the next event of their stream (> {100 * READ_TOGETHER_LIMIT:g}%): their times "
+            "are the later event's, so ITL and TTFT percentiles are not trustworthy (the client or the box "
+            "fell behind the stream, or the server sent them at once)"
+        )
     if lag_ms and pct(lag_ms, 99) > lag_limit_ms:
         reasons.append(f"event-loop lag p99 {pct(lag_ms, 99):.1f} ms > {lag_limit_ms:g} ms")
     if sl_sorted and pct(sl_sorted, 99) > lag_limit_ms:
@@ -206,6 +209,8 @@ def build(
             "reliability": {
                 "loop_lag_ms": tri(lag_ms),
                 "schedule_lag_ms": tri(sl_sorted),
+                "events_read_together": read_together,
+                "event_gaps": len(itl_ev),
                 "reasons": reasons,
             },
             "t0_epoch_s": cfg["t0_epoch_s"],

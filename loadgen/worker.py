@@ -1,29 +1,41 @@
 """One load-generating worker: an event loop that owns a share of the connections and requests.
 
 The parent process (runner.py) forks N of these so that reading thousands of streams is not bound
-to one Python thread. Each worker pre-opens its connections, then waits for "go" with an absolute
+to one Python thread. Each worker pre-opens its connections, then waits for ``Go`` with an absolute
 start time (``perf_counter_ns`` is CLOCK_MONOTONIC, shared by all processes on the host), sends
 every request at its scheduled absolute time (no drift), holds its share of the concurrency cap,
-and returns raw timing records. JSON decoding of the streams happens after the phase unless the
-stored events grow past a memory budget.
+and returns raw timing records (``records.RequestRecord``). JSON decoding of the streams happens
+after the phase unless the stored events grow past a memory budget.
+
+Stopping: a ``Stop`` message, SIGTERM or SIGINT (to the worker itself or to its whole process group,
+as ``timeout`` and Ctrl-C send them) all end the phase the same way: no new request is sent, the
+ones in flight are cancelled (class ``cancelled``, with the events they had received), and the
+phase's records go to the parent. A worker never outlives its parent: the kernel sends it SIGTERM
+when the parent dies (PR_SET_PDEATHSIG), and a closed pipe stops it too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import os
 import signal
+import sys
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter, perf_counter_ns
 
 from .backends import Req, make_req
 from .httpconn import Conn, KConn
+from .records import Exit, Go, PhaseDone, Progress, Ready, RequestRecord, Stop, WorkerError
 
 # keep stored raw events below this many bytes per worker; past it, parse at request completion
 RAW_EVENT_BUDGET = 256 * 1024 * 1024
 LAG_INTERVAL_S = 0.005
+PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class WorkerSpec:
@@ -54,9 +66,9 @@ class WorkerSpec:
         self.kernel_ts = kernel_ts
 
 
-def record_of(req: Req) -> tuple:
-    """The picklable result of one request (see runner.request_record for the field meaning)."""
-    return (
+def record_of(req: Req) -> RequestRecord:
+    """What the parent gets for one request (fields: ``records.RequestRecord``)."""
+    return RequestRecord(
         req.index,
         req.sched_ns,
         req.slot_ns,
@@ -99,6 +111,7 @@ class Worker:
         self.parse_now = False
         self.lags: list[float] = []
         self.new_conns_during_phase = 0
+        self.opening: asyncio.Task | None = None  # the pool being opened (a stop cancels it)
 
     # -- connections ---------------------------------------------------------------------------
     async def _open(self) -> Conn:
@@ -237,16 +250,21 @@ class Worker:
         if self.stopping or (self.ndone >= self.total and not self.ready):
             fut.set_result(None)
 
-    def stop(self) -> None:
-        """Ctrl-C: stop dispatching, cancel what is in flight (recorded as 'cancelled')."""
+    def stop(self, reason: str) -> None:
+        """Stop dispatching, cancel what is in flight (recorded as 'cancelled'); idempotent."""
+        if self.stopping:
+            return
         self.stopping = True
         self.ready.clear()
+        msg = f"cancelled: {reason}"
         for req in list(self.inflight_reqs):
             if req.conn is not None:
-                req.conn.fail("cancelled", "interrupted by the user")
+                req.conn.fail("cancelled", msg)
             elif req.error_class is None:
                 req.error_class = "cancelled"
-                req.error = "interrupted by the user"
+                req.error = msg
+        if self.opening is not None:
+            self.opening.cancel()
         self._check_over()
 
     async def _lag_monitor(self) -> None:
@@ -258,7 +276,9 @@ class Worker:
             lags.append(now - target)
             target = now + LAG_INTERVAL_S
 
-    async def run_phase(self, items: list[tuple], start_ns: int) -> tuple[list[tuple], list[float], int]:
+    async def run_phase(
+        self, items: list[tuple], start_ns: int
+    ) -> tuple[list[RequestRecord], list[float], int]:
         """Send ``items`` on their schedule from ``start_ns``; return (records, loop lags, new conns)."""
         backend = self.spec.backend
         reqs = []
@@ -325,48 +345,84 @@ async def _serve(spec: WorkerSpec, pipe) -> None:
         try:
             while pipe.poll():
                 msg = pipe.recv()
-                if msg[0] == "stop":
-                    worker.stop()
+                if isinstance(msg, Stop):
+                    worker.stop(msg.reason)
                 inbox.put_nowait(msg)
-        except (EOFError, OSError):
-            worker.stop()
-            inbox.put_nowait(("exit",))
+        except (EOFError, OSError):  # the parent is gone
+            worker.stop("the parent process is gone")
+            inbox.put_nowait(Exit())
             loop.remove_reader(pipe.fileno())
 
+    def on_signal(signum: int) -> None:
+        worker.stop(f"interrupted by {signal.Signals(signum).name}")
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    if _PENDING_SIGNAL:  # arrived before the loop took the signals over
+        on_signal(_PENDING_SIGNAL[0])
     loop.add_reader(pipe.fileno(), on_pipe)
     # the loop made the socketpair non-blocking; big result messages need blocking sends (reads
     # only happen after poll() said data is there)
     os.set_blocking(pipe.fileno(), True)
     n_main = len(spec.main)
     want = min(spec.cap if spec.cap is not None else 64, max(n_main, len(spec.warm)))
-    opened, err = await worker.open_pool(want)
-    pipe.send(("ready", spec.wid, opened, want, err))
+    worker.opening = loop.create_task(worker.open_pool(want))
+    try:
+        opened, err = await worker.opening
+    except asyncio.CancelledError:
+        opened, err = len(worker.idle), "stopped while opening connections"
+    worker.opening = None
+    pipe.send(Ready(spec.wid, opened, want, err))
 
     async def progress() -> None:
         while True:
             await asyncio.sleep(0.5)
-            pipe.send(("progress", spec.wid, worker.ndone))
+            pipe.send(Progress(spec.wid, worker.ndone))
 
     while True:
         msg = await inbox.get()
-        if msg[0] == "exit":
+        if isinstance(msg, Exit):
             break
-        if msg[0] == "go":
-            phase, start_ns = msg[1], msg[2]
-            items = spec.warm if phase == "warmup" else spec.main
+        if isinstance(msg, Go):
+            items = spec.warm if msg.phase == "warmup" else spec.main
             ptask = loop.create_task(progress())
             try:
-                recs, lags, newc = await worker.run_phase(items, start_ns)
+                recs, lags, newc = await worker.run_phase(items, msg.start_ns)
             finally:
                 ptask.cancel()
-            pipe.send(("done", spec.wid, phase, recs, lags, newc, worker.stopping, KConn.unstamped_reads))
+            done = PhaseDone(spec.wid, msg.phase, recs, lags, newc, worker.stopping, KConn.unstamped_reads)
+            pipe.send(done)
     worker.close()
 
 
-def worker_main(spec: WorkerSpec, pipe) -> None:
-    """Process entry point (forked): ignore Ctrl-C (the parent tells us to stop) and serve."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+_PENDING_SIGNAL: list[int] = []
+
+
+def _note_signal(signum: int, frame) -> None:
+    _PENDING_SIGNAL.append(signum)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel for SIGTERM when the parent exits; exit at once if it already has."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(4)
+
+
+def worker_main(
+    spec: WorkerSpec, pipe, parent_pid: int, inherited: list, release: Callable[[], None]
+) -> None:
+    """Process entry point (forked). ``inherited``: pipe ends of the parent (and of the other workers)
+    that fork copied into this process; closed here so that the parent's death closes our pipe.
+    ``release`` drops what fork copied of the parent's signal handling (its wake-up socket)."""
+    for sig in STOP_SIGNALS:  # until the event loop takes them over
+        signal.signal(sig, _note_signal)
+    release()
+    die_with_parent(parent_pid)
+    for conn in inherited:
+        conn.close()
     run = asyncio.run
     if spec.use_uvloop:
         try:
@@ -377,11 +433,13 @@ def worker_main(spec: WorkerSpec, pipe) -> None:
             pass
     try:
         run(_serve(spec, pipe))
+    except BrokenPipeError:  # the parent is gone: nobody to hand the records to
+        os._exit(4)
     except BaseException as exc:  # report, never hang the parent
         import traceback
 
         traceback.print_exc()
         with contextlib.suppress(OSError):
-            pipe.send(("error", spec.wid, f"{type(exc).__name__}: {exc}"))
+            pipe.send(WorkerError(spec.wid, f"{type(exc).__name__}: {exc}"))
         os._exit(3)
     os._exit(0)

@@ -4,8 +4,9 @@
 
 The one reader of result formats for the whole project: the modules run it on the node (standard
 library only, Python 3.8-compatible, shipped by AnsiballZ), and ``analysis`` imports the same file for
-its format detection and case facts. The verdict itself lives in ``verdicts.py``. Formats, detected by
-keys, never by file name:
+its format detection and case facts. The verdict itself lives in ``verdicts.py``. Formats (loadgen's
+schema in analysis/README.md, the clients' files in docs/bench-clients.md), detected by keys, never by
+file name:
 
 - quickmap loadgen JSON (``schema: quickmap.loadgen/1``): ``completed``/``failed``/``complete`` and
   per-request ``requests[].output_tokens``;

@@ -4,16 +4,17 @@
 
 Pure code (no I/O): the ``nccl_transport`` module reads the files and feeds lines in, so the same
 parser serves unit tests, the module's polling loop and any controller-side tool. The regexes follow
-the NCCL source from 2.18 to HEAD (see shared/reference/engine-surfaces.md section 3): the line
+the NCCL source from 2.18 to HEAD (see docs/engine-surfaces.md, NCCL section): the line
 prefix, ``NET/IB : Using [i]dev:port/LL ; OOB if:addr<port>``, ``NET/IB : No device found.``,
 ``NET/Socket : Using [i]if:addr<port>``, ``Using network X`` and the channel lines.
 
 The verdict is fail-closed: anything other than a positive proof (NET/IB on exactly the expected HCAs
 and ``Using network IB``) is either "pending" (maybe more lines will come) or a failure naming the rule.
 
-Intra-node lines (checked against real single-node logs quoted in public reports, tests/modules/fixtures/
-nccl_intra/README.md): the transport of every connection (``Channel 00/0 : 0[0] -> 1[1] via
-P2P/CUMEM/read``, ``via P2P/IPC``, ``via P2P/direct pointer/read``, ``Channel 00 : 3[3] -> 0[0] via
+Intra-node lines (checked against real single-node logs quoted in public reports, listed in
+tests/modules/fixtures/nccl_intra/README.md): the transport of every connection
+(``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read``,
+``via P2P/IPC``, ``via P2P/direct pointer/read``, ``Channel 00 : 3[3] -> 0[0] via
 SHM/direct/direct``, the 2.7-era ``Ring 00 : a[bus] -> b[bus] via P2P/IPC``), the communicator's span
 (``comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8``), ring order lines (``Channel 00/24 :  0 1 2 3``),
 ``Connected all rings`` / ``trees``, channel counts (``24 coll channels, 0 collnet channels, 0 nvls

@@ -16,7 +16,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bus_bandwidth_is_nccl_tests_definition() -> None:
-    """nccl-tests PERFORMANCE.md: all-reduce busbw = algbw * 2(n-1)/n, all-gather busbw = algbw * (n-1)/n."""
+    """nccl-tests' definition (doc/PERFORMANCE in NVIDIA/nccl-tests).
+
+    all-reduce busbw = algbw * 2(n-1)/n, all-gather busbw = algbw * (n-1)/n.
+    """
     alg, bus = comm_plan.bus_bandwidth("all_reduce", 1_000_000, 1e-3, 8)
     assert alg == pytest.approx(1e9) and bus == pytest.approx(1.75e9)
     alg, bus = comm_plan.bus_bandwidth("all_gather", 1_000_000, 1e-3, 4)

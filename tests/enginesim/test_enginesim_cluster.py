@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 from es_helpers import free_port, wait_healthy
 
-# from engine-surfaces.md §3.7 (the parser quickmap's NCCL gate uses)
+# the NCCL line grammar of docs/engine-surfaces.md (the parser quickmap's NCCL gate uses)
 NET_IB_USING = re.compile(
     r"NET/IB ?: Using(?P<devs>.*?)\s*(?P<ro>\[RO\])?; OOB "
     r"(?P<oobif>[^\s:]+):(?P<oobaddr>\S+)<(?P<oobport>\d+)>\s*$"

@@ -271,15 +271,35 @@ def test_error_classes_and_the_run_carries_on(lg, mode, cls, extra):
             timeout=60,
         )
         took = time.monotonic() - t
-    assert cp.returncode == 0, cp.stderr
+    # the run carries on and writes every record, but fails its own bar: 3 of 6 failed > 0 allowed
+    assert cp.returncode == 3, cp.stderr
+    assert "3 of 6 requests failed" in cp.stderr and "--max-failed-fraction 0" in cp.stderr
     assert res["failed"] == 3 and res["completed"] == 3
     assert res["errors_by_class"] == {cls: 3}
+    assert res["reliable"] is False
+    assert any(r.startswith(f"3 of 6 requests failed ({cls} 3)") for r in res["reliability"]["reasons"])
     bad = [r for r in res["requests"] if not r["success"]]
     assert all(r["error_class"] == cls and r["error"] for r in bad)
     if cls == "http_status":
         assert all(r["http_status"] == 500 and "boom" in r["error"] for r in bad)
     if cls == "timeout":
         assert took < 15.0  # nothing hangs past --request-timeout
+
+
+def test_max_failed_fraction_sets_the_bar(lg):
+    # half of the requests fail: allowed with --max-failed-fraction 0.5 (exit 0), not with 0.4 (exit 3);
+    # either way the timing of a run with failures is not called reliable
+    codes = {}
+    for frac in ("0.5", "0.4"):
+        with FakeServer(mode="http500", fail_every=2) as srv:
+            cp, res = lg(
+                ["--backend", "sglang", "--base-url", srv.url, "--num-prompts", "6", "--max-concurrency", "3",
+                 *BASE, "--warmup-requests", "0", "--max-failed-fraction", frac]
+            )  # fmt: skip
+        codes[frac] = cp.returncode
+        assert res["failed"] == 3 and res["max_failed_fraction"] == float(frac)
+        assert res["reliable"] is False
+    assert codes == {"0.5": 0, "0.4": 3}
 
 
 def test_server_closing_without_answer_is_a_connection_error(lg):
@@ -300,7 +320,7 @@ def test_server_closing_without_answer_is_a_connection_error(lg):
                 "0",
             ]
         )
-    assert cp.returncode == 0, cp.stderr
+    assert cp.returncode == 3, cp.stderr
     assert res["failed"] == 4 and res["errors_by_class"] == {"connection": 4}
 
 
@@ -350,8 +370,10 @@ def test_unreachable_server_fails_requests_with_connection_class(lg):
             "5",
         ]
     )
-    assert cp.returncode == 0, cp.stderr
+    # every request failed: exit 3 and reliable false (it used to be exit 0 and reliable true)
+    assert cp.returncode == 3, cp.stderr
     assert res["failed"] == 3 and res["errors_by_class"] == {"connection": 3}
+    assert res["reliable"] is False and res["complete"] is True
 
 
 def test_flush_retried_while_busy(lg):
@@ -504,6 +526,7 @@ def test_strict_exits_1_when_unreliable(lg):
         (["--burstiness", "0.5", "--arrival", "poisson"], "--burstiness"),
         (["--workers", "zero"], "--workers"),
         (["--base-url", "ftp://x"], "--base-url"),
+        (["--max-failed-fraction", "1.5"], "--max-failed-fraction"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_flag(lg, args, flag):

@@ -1,7 +1,8 @@
 """bench_result: a case is good only when its result file says so (parses, count, OSL), whatever the client.
 
-Uses the real SGLang client outputs in shared/fixtures/peers/ and loadgen/vLLM objects built to the
-key sets of contracts.md §3 and bench-clients.md §3.2.
+Uses the real SGLang client outputs kept in tests/analysis/fixtures/ (what wrote them and how: that
+folder's README) and loadgen/vLLM objects built to the key sets of loadgen's result schema
+(analysis/README.md) and of vLLM's ``bench serve`` result file (docs/bench-clients.md).
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-PEERS = Path("/work/shared/fixtures/peers")
+PEERS = Path(__file__).resolve().parents[1] / "analysis" / "fixtures"
 SGLANG_DETAILS = PEERS / "sglang-0.5.23_c32_details.jsonl"  # 96 prompts, OSL 64, --output-details
 SGLANG_SUMMARY = PEERS / "sglang-0.5.23_c64_summary.jsonl"  # 256 prompts, OSL 128, no details
 SGLANG_LOG = PEERS / "sglang-0.5.23_c32_client.log"
-needs_peers = pytest.mark.skipif(not SGLANG_DETAILS.exists(), reason=f"peer fixtures missing under {PEERS}")
 
 
 def loadgen_result(n: int = 64, osl: int = 128, outputs: list[int] | None = None, failed: int = 0) -> dict:
@@ -158,7 +158,6 @@ def test_missing_empty_and_truncated_files(run, tmp_path):
     assert "no benchmark result JSON object found among 2 lines" in res["msg"]
 
 
-@needs_peers
 def test_real_sglang_details_jsonl_per_request_check(run):
     kind, res = run(
         "bench_result", {"path": str(SGLANG_DETAILS), "expect_requests": 96, "expect_output_len": 64}
@@ -172,7 +171,6 @@ def test_real_sglang_details_jsonl_per_request_check(run):
     assert kind == "fail" and res["reason"] == "short_output" and res["short_outputs"] == 96
 
 
-@needs_peers
 def test_real_sglang_summary_uses_the_aggregate(run):
     kind, res = run(
         "bench_result", {"path": str(SGLANG_SUMMARY), "expect_requests": 256, "expect_output_len": 128}
@@ -185,7 +183,6 @@ def test_real_sglang_summary_uses_the_aggregate(run):
     assert kind == "fail" and "total_output_tokens 32768 < 65536" in res["msg"]
 
 
-@needs_peers
 def test_sglang_appended_runs_pick_last_or_first_and_catch_a_cut_last_run(run, tmp_path):
     first, second = SGLANG_SUMMARY.read_text().strip(), SGLANG_DETAILS.read_text().strip()
     path = tmp_path / "sglang.jsonl"
@@ -199,7 +196,6 @@ def test_sglang_appended_runs_pick_last_or_first_and_catch_a_cut_last_run(run, t
     assert kind == "fail" and res["reason"] == "truncated" and "last line 2" in res["msg"]
 
 
-@needs_peers
 def test_json_line_inside_a_client_log(run, tmp_path):
     log = tmp_path / "bench.log"
     log.write_text(SGLANG_LOG.read_text() + SGLANG_DETAILS.read_text().strip() + "\nbye\n")

@@ -1,6 +1,6 @@
 """nccl_transport: the NCCL gate passes only on NET/IB with exactly the expected HCAs, fails closed otherwise.
 
-Log snippets are built from the NCCL format strings quoted in shared/reference/engine-surfaces.md §3
+Log snippets are built from the NCCL format strings described in docs/engine-surfaces.md (NCCL section)
 (prefix ``host:pid:tid [dev] NCCL INFO``), interleaved with SGLang's own lines as in a real server log.
 """
 
