@@ -17,6 +17,8 @@ LABS = (
     "kv_pressure",
     "fp8_kv",
     "ngram_spec",
+    "quant_matrix",
+    "tp_scaling",
 )
 
 GOALS = {
@@ -38,6 +40,10 @@ GOALS = {
     "announces it at start-up?",
     "ngram_spec": "How many draft tokens does n-gram speculation get accepted on repetitive text and on "
     "prose, and does it speed decoding up against the baseline?",
+    "quant_matrix": "How do FP8 and INT4 (AWQ, GPTQ) weights change memory, time per output token and "
+    "throughput against the 16-bit baseline, and which kernel did the engine actually run for each?",
+    "tp_scaling": "How do total and per-GPU throughput scale with the tensor-parallel size across request "
+    "rates, where is each size's knee, and how much of a forward pass goes to communication?",
 }
 
 # The engine flag words that mean "CUDA graphs off" etc. are configuration, not code: see

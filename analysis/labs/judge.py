@@ -14,7 +14,7 @@ import orjson
 
 from analysis.atomic import write_json
 from analysis.evidence import events, startup
-from analysis.labs import figures, verdicts
+from analysis.labs import advanced, figures, verdicts
 from analysis.labs.load import Variant, read_lab, read_plan
 
 LAB_SCHEMA = "quickmap.labs.lab/1"
@@ -285,15 +285,23 @@ def judge(lab_dir: str | Path, started_at: float | None = None) -> dict[str, Any
     plan, variants = read_lab(lab_dir)
     lab, engine = plan["lab"], plan["engine"]
     th = verdicts.thresholds(plan.get("thresholds"))
-    fig = figures.compute(lab, engine, variants, th)
-    pre = verdicts.precheck(_status(variants), timed=lab in verdicts.TIMED_LABS)
-    result = pre or verdicts.judge(lab, fig, plan["comparisons"], plan["workload"], th)
+    adv = advanced.LABS.get(lab)
+    if adv is not None:
+        fig = adv.figures(lab_dir, plan, variants, engine)
+        decide = adv.judge
+    else:
+        fig = figures.compute(lab, engine, variants, th)
+
+        def decide(f: dict[str, Any], c: list[dict[str, Any]], w: dict[str, Any], t: dict[str, Any]):
+            return verdicts.judge(lab, f, c, w, t)
+
+    timed = lab in verdicts.TIMED_LABS or (adv is not None and adv.timed)
+    pre = verdicts.precheck(_status(variants), timed=timed)
+    result = pre or decide(fig, plan["comparisons"], plan["workload"], th)
     if pre is not None:
         # Figures that could still be computed are reported, but the verdict stays inconclusive.
         try:
-            result.observations = verdicts.judge(
-                lab, fig, plan["comparisons"], plan["workload"], th
-            ).observations
+            result.observations = decide(fig, plan["comparisons"], plan["workload"], th).observations
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
             result.observations = []
     emulated = any(v.emulated for v in variants.values())
@@ -319,6 +327,8 @@ def judge(lab_dir: str | Path, started_at: float | None = None) -> dict[str, Any
     pitfalls = _pitfalls(lab, engine, variants, fig, plan["workload"])
     if lab == "eager_vs_graph":
         pitfalls += sweep_flip_pitfalls(fig, plan["comparisons"], th["margin"])
+    if adv is not None:
+        pitfalls += adv.pitfalls(fig, plan["workload"])
     doc = {
         "schema": LAB_SCHEMA,
         "lab": lab,

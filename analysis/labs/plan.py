@@ -22,16 +22,20 @@ import orjson
 
 from analysis.atomic import write_bytes, write_json
 from analysis.errors import InputError
+from analysis.labs import quant_plan, tp_plan
 from analysis.labs.definitions import GOALS, LABS
 
 PLAN_SCHEMA = "quickmap.labs.plan/1"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")
+# A variant's own checkpoint (quant_matrix): a hub name or an absolute path, no spaces or shell words.
+_MODEL = re.compile(r"[A-Za-z0-9_./-][A-Za-z0-9_.:/+-]{0,255}")
 # Engine settings a variant may set besides flags (rendered by roles/engine's templates).
 ENGINE_VARS = (
     "engine_context_length",
     "engine_max_running_requests",
     "engine_mem_fraction_static",
     "engine_cuda_graph_max_bs",
+    "engine_tp_size",
 )
 # Token ids for generated prompts: ordinary tokens in every common vocabulary (as loadgen's default).
 ID_RANGE = (1000, 30000)
@@ -130,6 +134,13 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
         for key, value in engine_vars.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise _fail(f"{w}.engine.{key}", f"got {value!r}, expected a number >= 0")
+        model = v.get("model")
+        if model is not None and (not isinstance(model, str) or not _MODEL.fullmatch(model) or ".." in model):
+            raise _fail(
+                f"{w}.model",
+                f"got {model!r}, expected a checkpoint name or absolute path "
+                "(letters, digits, . _ - / : +; no '..')",
+            )
         variants.append(
             {
                 "name": name,
@@ -137,6 +148,7 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
                 "variant_args": _args(v.get("args", []), f"{w}.args"),
                 "engine_vars": engine_vars,
             }
+            | ({"model": model} if model else {})
         )
     by_name = {v["name"]: v for v in variants}
     comparisons = []
@@ -157,6 +169,9 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
                 "(rule: one independent variable per comparison, and it is a flag)",
             )
         diff = differing_flags(va["args"], vb["args"])
+        if va.get("model") != vb.get("model"):
+            # the checkpoint is part of the variable (one checkpoint per weight format)
+            diff["model"] = {"baseline": va.get("model"), "treatment": vb.get("model")}
         declared = c.get("flags")
         if declared is not None:
             declared = _args(declared, f"{w}.flags")
@@ -220,6 +235,7 @@ class _Runs:
         request_rate: str = "inf",
         extra: list[str] | None = None,
         expect_output_len: int | None = None,
+        profile: bool = False,
     ) -> None:
         c = self.client
         argv = [
@@ -268,6 +284,7 @@ class _Runs:
                 "sample_metrics": sample,
                 "phase": phase,
                 "rate_from": rate_from,
+                "profile": profile,
             }
         )
 
@@ -523,6 +540,8 @@ _PLANNERS = {
     "kv_pressure": _plan_kv,
     "fp8_kv": None,
     "ngram_spec": _plan_ngram,
+    "quant_matrix": quant_plan.plan,
+    "tp_scaling": tp_plan.plan,
 }
 
 

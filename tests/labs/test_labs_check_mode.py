@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from labs_helpers import DEFAULTS, REPO
+from labs_helpers import DEFAULTS, REPO, rendered
 
 sys.path.insert(0, str(REPO))
 from tests.ansible.runner import ansible_env, free_port
@@ -53,11 +53,10 @@ def test_check_prints_every_variants_command_and_starts_nothing(tmp_path, engine
     assert proc.returncode == 0, out[-3000:]
     # the engine role's own "show the server command" lines: one rendered script per variant
     scripts = re.findall(r"quickmap server start on localhost \(engine (\w+), runtime process", out)
-    want = sum(
-        len(DEFAULTS["labs_definitions"][lab][engine]["variants"]) for lab in DEFAULTS["labs_definitions"]
-    )
+    definitions = rendered(DEFAULTS["labs_definitions"])
+    want = sum(len(definitions[lab][engine]["variants"]) for lab in definitions)
     assert scripts == [engine] * want
-    for lab, d in DEFAULTS["labs_definitions"].items():
+    for lab, d in definitions.items():
         for v in d[engine]["variants"]:
             # the words as the engine template quotes them, as they appear inside the printed JSON
             flags = " ".join(shlex.quote(a) for a in v["args"]).replace('"', '\\"')
