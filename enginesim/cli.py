@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import catalog, engine_versions, hwprofile
+from . import catalog, engine_versions, hwprofile, quantization
 
 
 @dataclass
@@ -257,7 +257,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Config:
 
 def check_model(p: argparse.ArgumentParser, flag: str, value: str) -> catalog.ModelSpec:
     try:
-        return catalog.load_model(value)
+        return quantization.load_checkpoint(value)
     except KeyError:
         p.error(
             f"argument {flag}: {value!r} is neither a catalogue model "

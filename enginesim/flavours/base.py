@@ -73,6 +73,10 @@ class Flavour:
     def capacity_line(self, log: Logger, line: str) -> None:
         log.info(line)
 
+    def quantization_line(self, cfg: Config, log: Logger, line: Any) -> None:
+        """A start-up line naming the quantization method or kernel (enginesim.quantization)."""
+        log.line(line.text, rank=True, level=line.level)
+
     def graph_lines(self, log: Logger) -> None:
         """Lines printed when CUDA graphs are captured."""
 

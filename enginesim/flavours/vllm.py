@@ -226,6 +226,10 @@ class VLLM(Flavour):
             proc=CORE,
         )
 
+    def quantization_line(self, cfg: Config, log: Logger, line: Any) -> None:
+        proc = "Worker_TP0" if cfg.tp > 1 else CORE
+        log.line(line.text, src=line.src, proc=proc, level=line.level)
+
     def capacity_line(self, log: Logger, line: str) -> None:
         src = (
             "kv_cache_utils.py:1087"
