@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("summarize", help="summary.csv/jsonl, aggregate.csv, report.md, plots/")
     s.add_argument("run_dir")
+
+    s = sub.add_parser(
+        "labs", help="the labs: plan | inject-rate | judge | report (see analysis/labs)", add_help=False
+    )
+    s.add_argument("labs_args", nargs=argparse.REMAINDER)
     return p
 
 
@@ -182,6 +187,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["labs"]:  # its own parser (analysis/labs/cli.py), so `labs --help` reaches it
+        from analysis.labs.cli import main as labs_main
+
+        try:
+            return labs_main(argv[1:])
+        except InputError as exc:
+            print(f"labs: error: {exc}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
         return _run(args)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import clients
+from analysis.setup_record import setup_lines
 
 DEFINITIONS = """\
 - **TTFT** = first content-bearing event − request send. **E2E** = last content event − send.
@@ -122,6 +123,7 @@ def _header(run_dir: Path, manifest: dict[str, Any], rows: list[dict[str, Any]])
         L.append("_No manifest.json in this run directory: provenance unknown._")
     L += [f"- {k}: {v}" for k, v in info if v is not None]
     L += _emulation_note(manifest, rows)
+    L += setup_lines(manifest, run_dir)
     reasons = manifest.get("abort_reasons")
     if isinstance(reasons, list) and reasons:
         L.append("- **run stopped early**: " + "; ".join(map(str, reasons)))

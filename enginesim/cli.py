@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import catalog, hwprofile
+from . import catalog, engine_versions, hwprofile, quantization
 
 
 @dataclass
@@ -78,6 +78,9 @@ class Config:
 
 def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("enginesim (emulator-only knobs; env ENGINESIM_* is the fallback)")
+    # Read before the parser is built (engine_versions.selected); here so --help lists it.
+    g.add_argument(engine_versions.FLAG, default=None, help="the engine version emulated")
+    g.add_argument("--sim-print-version", action="store_true", help="print the emulated version and exit")
     g.add_argument("--sim-time-scale", type=_scale, default=None, help="wall s per emulated s, or auto")
     g.add_argument("--sim-pace-max-case-s", type=float, default=None)
     g.add_argument("--sim-hardware", choices=catalog.hardware_keys(), default=None)
@@ -242,12 +245,19 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Config:
     if tuple(argv[: len(flavour.argv_head)]) != flavour.argv_head:
         form = " ".join(flavour.argv_head)
         top.exit(2, f"python -m enginesim: error: the {flavour.title} form is `{form} <model> [flags]`\n")
-    return flavour.parse(argv, env)
+    try:
+        version = engine_versions.selected(flavour.argv_head[0], argv, env)
+    except ValueError as e:
+        top.exit(2, f"python -m enginesim: error: {e}\n")
+    if "--sim-print-version" in argv[1:]:
+        print(version)
+        sys.exit(0)
+    return flavour.parse(argv, env, version)
 
 
 def check_model(p: argparse.ArgumentParser, flag: str, value: str) -> catalog.ModelSpec:
     try:
-        return catalog.load_model(value)
+        return quantization.load_checkpoint(value)
     except KeyError:
         p.error(
             f"argument {flag}: {value!r} is neither a catalogue model "

@@ -2,8 +2,9 @@
 
 Why: quickmap's NCCL gate decides from each node's server log whether NCCL really uses NET/IB on the
 expected HCAs or silently fell back to sockets. The emulator prints what NCCL would print on this
-host: IB when every HCA named in NCCL_IB_HCA exists in the host's HCA directory (default
-/sys/class/infiniband), otherwise `NET/IB : No device found.` followed by the socket fallback.
+host: IB on the HCAs named in NCCL_IB_HCA that exist in the host's HCA directory (default
+/sys/class/infiniband), as real NCCL does (a missing one is skipped); when none exists,
+`NET/IB : No device found.` followed by the socket fallback.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ def link_layer(ib_dir: str, dev: str, port: int) -> str:
 def select_hcas(env_hca: str | None, devices: list[str]) -> list[tuple[str, int]] | None:
     """(device, port) pairs NCCL would use, or None when NET/IB finds no device.
 
-    Rule (the brief's): with an include list every named HCA must exist; `^` excludes; `=` is exact.
+    Real NCCL (net_ib.cc, ncclIbInit) walks the host's devices and keeps those the list matches: a
+    named HCA that does not exist is skipped silently, so `=mlx5_0:1,mlx5_3:1` with mlx5_3 gone uses
+    mlx5_0 alone; only when nothing matches does it print `NET/IB : No device found.`. `^` excludes;
+    `=` is exact.
     """
     if not devices:
         return None
@@ -69,11 +73,10 @@ def select_hcas(env_hca: str | None, devices: list[str]) -> list[tuple[str, int]
         kept = [(d, 1) for d in devices if not any(matches(d, n) for n, _ in entries)]
         return kept or None
     chosen: list[tuple[str, int]] = []
-    for name, port in entries:
-        found = [d for d in devices if matches(d, name)]
-        if not found:
-            return None
-        chosen.extend((d, port) for d in found if (d, port) not in chosen)
+    for dev in devices:
+        for name, port in entries:
+            if matches(dev, name) and (dev, port) not in chosen:
+                chosen.append((dev, port))
     return chosen or None
 
 

@@ -15,7 +15,7 @@ import socket
 import sys
 from typing import Any
 
-from . import api, capacity, catalog, cli, cluster, flavours, nccl
+from . import api, capacity, catalog, cli, cluster, flavours, nccl, profiling, quantization
 from .engine import Engine
 from .flavours.base import Flavour
 from .httpserver import serve
@@ -39,9 +39,19 @@ def _startup_failure(fl: Flavour, log: Logger, message: str) -> None:
 
 def main(argv: list[str]) -> int:
     cfg = cli.parse(argv)
-    model = catalog.load_model(cfg.model_path)
     hw = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override)
     log = Logger(cfg.flavour, _tp_suffix(cfg))
+    try:
+        model = quantization.apply(
+            quantization.load_checkpoint(cfg.model_path),
+            cfg.raw.get("quantization"),
+            hw,
+            cfg.flavour,
+            dict(os.environ),
+        )
+    except quantization.QuantError as e:
+        log.error(str(e))
+        return 1
     try:
         import uvloop  # type: ignore[import-not-found]
 
@@ -70,6 +80,7 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
         return await _worker(cfg, log, env, nccl_info, local_ranks, stop)
     engine = Engine(cfg, model, cap, build_cost(cfg, model, hw, cap), log)
     app = api.App(engine, Tokenizer(model.vocab), _server_info(cfg, fl, cap))
+    profiling.attach(app, engine, cfg.flavour, cfg.tp, cfg.sim.time_scale, log, env)
     engine.on_crash = _crash_handler(fl, log, engine, loop)
     try:
         server = await serve(cfg.host, cfg.port, app.dispatch)
@@ -94,6 +105,8 @@ async def _load_weights(
 ) -> None:
     """The preamble, then "weight loading": the slow-start knob sleeps here, the OOM knob dies here."""
     fl.preamble(cfg, log, model, hw)
+    for line in quantization.log_lines(model):
+        fl.quantization_line(cfg, log, line)
     if cfg.sim.start_delay_s:
         await asyncio.sleep(cfg.sim.start_delay_s)
     if cfg.sim.oom_at_start:

@@ -74,6 +74,14 @@ options:
     description: Seconds between two reads of the logs while waiting.
     type: float
     default: 0.5
+  min_hcas:
+    description:
+      - >-
+        With O(require=ib), every C(NET/IB : Using) line must list at least this many distinct HCAs
+        (both rails: 2). Real NCCL given C(NCCL_IB_HCA=mlx5_0:1,mlx5_3:1) with mlx5_3 missing uses
+        mlx5_0 alone; this rule (and O(expected_hcas)) fails that. 0 = no count rule.
+    type: int
+    default: 0
   min_processes:
     description:
       - Number of distinct NCCL processes (C(host:pid)) per log that must report C(Using network IB)
@@ -250,6 +258,7 @@ argument_spec = dict(
     timeout=dict(type="float", default=60.0),
     poll_interval=dict(type="float", default=0.5),
     min_processes=dict(type="int", default=1),
+    min_hcas=dict(type="int", default=0),
     require=dict(type="str", choices=["ib", "socket", "any", "intra"], default="ib"),
     intra_transports=dict(type="list", elements="str", default=["P2P", "SHM", "NVLS"]),
     dest=dict(type="path"),
@@ -321,6 +330,8 @@ def run(module: AnsibleModule) -> dict:
         module.fail_json(msg=f"nccl_transport: poll_interval={p['poll_interval']} (rule: > 0 seconds)")
     if p["min_processes"] < 1:
         module.fail_json(msg=f"nccl_transport: min_processes={p['min_processes']} (rule: >= 1)")
+    if p["min_hcas"] < 0:
+        module.fail_json(msg=f"nccl_transport: min_hcas={p['min_hcas']} (rule: >= 0)")
     try:
         expected = parse_hca_specs(p["expected_hcas"])
     except HcaSpecError as exc:
@@ -348,12 +359,17 @@ def run(module: AnsibleModule) -> dict:
         final = time.monotonic() >= deadline
         for tail in tails:
             tail.poll(final=final)
-        verdicts = [judge(t.facts, expected, p["require"], p["min_processes"], intra) for t in tails]
+        verdicts = [
+            judge(t.facts, expected, p["require"], p["min_processes"], intra, p["min_hcas"]) for t in tails
+        ]
         if final or all(v["state"] != "pending" for v in verdicts):
             if not final:
                 for tail in tails:  # decided: include a trailing line without newline in the evidence
                     tail.poll(final=True)
-                verdicts = [judge(t.facts, expected, p["require"], p["min_processes"], intra) for t in tails]
+                verdicts = [
+                    judge(t.facts, expected, p["require"], p["min_processes"], intra, p["min_hcas"])
+                    for t in tails
+                ]
             break
         time.sleep(max(0.0, min(p["poll_interval"], deadline - time.monotonic())))
     waited = round(time.monotonic() - started, 3)

@@ -98,6 +98,7 @@ class Req:
         "sched_ns",
         "send_ns",
         "slot_ns",
+        "spec",
         "timer",
         "tokens_source",
     )
@@ -125,6 +126,7 @@ class Req:
         self.input_tokens = dataset_input_len
         self.tokens_source = "client"
         self.cached_tokens: int | None = None
+        self.spec: dict | None = None  # SGLang's speculative-decoding fields (meta_info spec_*)
 
     def on_event(self, t: int, buf: bytes, start: int, end: int) -> None:  # pragma: no cover
         """One SSE ``data`` payload, ``buf[start:end]``, whose last byte arrived at ``t``."""
@@ -285,6 +287,9 @@ class NativeReq(Req):
                 self.input_tokens = int(meta["prompt_tokens"])
             if meta.get("cached_tokens") is not None:
                 self.cached_tokens = int(meta["cached_tokens"])
+            spec = {k: v for k, v in meta.items() if k.startswith("spec_")}
+            if spec:
+                self.spec = spec
             fr = meta.get("finish_reason")
             if isinstance(fr, dict) and fr.get("type") == "abort":
                 self._set_error("server_error", f"request aborted by server: {fr.get('message', '')}"[:300])

@@ -74,6 +74,8 @@ def make_parser() -> argparse.ArgumentParser:
         description="Benchmark client for SGLang/vLLM-style servers (flags mirror sglang.bench_serving).",
     )
     a = p.add_argument
+    # Preflight runs it through the chosen client runtime (host Python or a container) and reads both.
+    a("--version", action="version", version=f"loadgen {__version__} (Python {sys.version.split()[0]})")
     a("--backend", choices=backends.BACKENDS, default="sglang")
     a("--base-url", default=None, help="e.g. http://127.0.0.1:30000 (overrides --host/--port)")
     a("--host", default="127.0.0.1")

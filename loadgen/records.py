@@ -28,6 +28,7 @@ class RequestRecord(NamedTuple):
     cached_tokens: int | None
     first_byte_ns: int
     enq_ns: int  # when it queued for a slot (0: a slot was free at its due time)
+    spec: dict | None = None  # SGLang's speculative-decoding fields (meta_info spec_*), as written
 
 
 # -- worker -> parent ------------------------------------------------------------------------------

@@ -100,6 +100,8 @@ def request_record(rec: RequestRecord, t0_ns: int, details: bool) -> dict:
         "error": rec.error,
         "http_status": rec.http_status,
     }
+    if rec.spec:
+        d["spec"] = rec.spec
     if ok and evt and rec.output_tokens > 1:
         d["tpot_ms"] = (d["e2e_ms"] - d["ttft_ms"]) / (rec.output_tokens - 1)
     if details or (rec.error_class == "cancelled" and send):

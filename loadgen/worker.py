@@ -85,6 +85,7 @@ def record_of(req: Req) -> RequestRecord:
         req.cached_tokens,
         req.first_byte_ns,
         req.enq_ns,
+        req.spec,
     )
 
 

@@ -99,7 +99,10 @@ MAX_EVIDENCE_LINES = 200  # lines that decide the verdict (NET/IB, NET/Socket, U
 MAX_CONTEXT_LINES = 50  # other network lines kept for context (version, env, plugin, first channels)
 MAX_LINE_CHARS = 500
 
-RULE = "NCCL must use NET/IB on every expected HCA (and nothing else) with 'Using network IB'"
+RULE = (
+    "NCCL must use NET/IB on every expected HCA (and nothing else, at least min_hcas of them) "
+    "with 'Using network IB'"
+)
 
 
 class HcaSpecError(ValueError):
@@ -444,6 +447,7 @@ def judge(
     require: str = "ib",
     min_processes: int = 1,
     intra_transports: tuple[str, ...] = INTRA_FAMILIES,
+    min_hcas: int = 0,
 ) -> dict:
     """Decide one log: ``{"state": "pass"|"fail"|"pending", "problems": [...], "pending": [...]}``.
 
@@ -474,6 +478,12 @@ def judge(
                     problems.append(
                         f"expected HCA {format_hca(s)} missing from NET/IB line: {ib['line'].strip()}"
                     )
+            used = sorted({f"{d['name']}:{d['port']}" for d in devs})
+            if len(used) < min_hcas:
+                problems.append(
+                    f"NET/IB uses {len(used)} HCA(s) ({', '.join(used)}), fewer than min_hcas={min_hcas} "
+                    f"(every rail must carry traffic): {ib['line'].strip()}"
+                )
         for proc, net in facts.nets.items():
             if net != "Socket" and not net.startswith("IB"):  # Socket is already reported as a fallback
                 problems.append(f"process {proc} reports 'Using network {net}' (not IB)")

@@ -41,7 +41,7 @@ class Flavour:
     dead_status = 503  # status of a request to a dead engine
 
     # ---- flags --------------------------------------------------------------------------------------
-    def parser(self) -> argparse.ArgumentParser:
+    def parser(self, version: str | None = None) -> argparse.ArgumentParser:
         raise NotImplementedError
 
     def config(
@@ -49,9 +49,11 @@ class Flavour:
     ) -> Config:
         raise NotImplementedError
 
-    def parse(self, argv: list[str], env: dict[str, str]) -> Config:
-        p = self.parser()
-        return self.config(p, p.parse_args(argv[len(self.argv_head) :]), argv, env)
+    def parse(self, argv: list[str], env: dict[str, str], version: str | None = None) -> Config:
+        p = self.parser(version)
+        # vLLM's own parser lists every option only for --help=all (plain --help shows groups).
+        args = ["--help" if a == "--help=all" else a for a in argv[len(self.argv_head) :]]
+        return self.config(p, p.parse_args(args), argv, env)
 
     # ---- KV capacity at start -----------------------------------------------------------------------
     def capacity(self, cfg: Config, model: ModelSpec, hw: Hardware) -> Capacity:
@@ -70,6 +72,10 @@ class Flavour:
 
     def capacity_line(self, log: Logger, line: str) -> None:
         log.info(line)
+
+    def quantization_line(self, cfg: Config, log: Logger, line: Any) -> None:
+        """A start-up line naming the quantization method or kernel (enginesim.quantization)."""
+        log.line(line.text, rank=True, level=line.level)
 
     def graph_lines(self, log: Logger) -> None:
         """Lines printed when CUDA graphs are captured."""

@@ -11,7 +11,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import catalog
+from .. import catalog, engine_versions
 from ..capacity import GB, Capacity, StartupOOM
 from ..cli import Config, add_sim_flags, check_dist, check_model, kv_bytes, positive, sim_knobs
 from ..metrics import (
@@ -49,7 +49,7 @@ class SGLang(Flavour):
     dead_status = 500
 
     # ---- flags --------------------------------------------------------------------------------------
-    def parser(self) -> argparse.ArgumentParser:
+    def parser(self, version: str | None = None) -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(prog="launch_server.py", allow_abbrev=False)
         a = p.add_argument
         a("--model-path", "--model", required=True)
@@ -71,12 +71,9 @@ class SGLang(Flavour):
         a("--enable-metrics", action="store_true")
         a("--enable-metrics-for-all-schedulers", action="store_true")
         a("--enable-cache-report", action="store_true")
-        a("--cuda-graph-max-bs", type=int)
-        a("--cuda-graph-bs", type=int, nargs="+")
+        engine_versions.add_sglang_cuda_graph_flags(a, version or engine_versions.default("sglang"))
         a("--disable-cuda-graph", action="store_true")
         a("--disable-cuda-graph-padding", action="store_true")
-        a("--cuda-graph-backend-decode", choices=["full", "breakable", "disabled", "default"])
-        a("--cuda-graph-backend-prefill", choices=["full", "breakable", "disabled", "default"])
         a("--max-total-tokens", type=positive("max-total-tokens"))
         a("--disable-radix-cache", action="store_true")
         a("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"])
@@ -171,7 +168,7 @@ class SGLang(Flavour):
         n_draft = ns.speculative_num_draft_tokens or (12 if spec else 0)
         if spec and n_draft < 2:
             p.error(f"argument --speculative-num-draft-tokens: {n_draft} must be >= 2")
-        graph = not ns.disable_cuda_graph and ns.cuda_graph_backend_decode != "disabled"
+        graph = not ns.disable_cuda_graph and getattr(ns, "cuda_graph_backend_decode", None) != "disabled"
         return Config(
             flavour="sglang",
             argv=argv,

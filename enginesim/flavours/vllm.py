@@ -37,7 +37,7 @@ class VLLM(Flavour):
     graph_covers_mixed = True
 
     # ---- flags --------------------------------------------------------------------------------------
-    def parser(self) -> argparse.ArgumentParser:
+    def parser(self, version: str | None = None) -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(
             prog="vllm serve", usage="vllm serve [model_tag] [options]", allow_abbrev=False
         )
@@ -225,6 +225,10 @@ class VLLM(Flavour):
             src="core.py:93",
             proc=CORE,
         )
+
+    def quantization_line(self, cfg: Config, log: Logger, line: Any) -> None:
+        proc = "Worker_TP0" if cfg.tp > 1 else CORE
+        log.line(line.text, src=line.src, proc=proc, level=line.level)
 
     def capacity_line(self, log: Logger, line: str) -> None:
         src = (

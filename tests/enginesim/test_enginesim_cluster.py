@@ -109,8 +109,22 @@ def test_head_healthy_only_when_both_ranks_up_and_fails_when_one_dies(start, tmp
     assert "NCCL WARN" in head.text() and "Connection closed by remote peer" in head.text()
 
 
-def test_missing_hca_falls_back_to_socket_on_both_ranks(start, tmp_path: Path) -> None:
+def test_one_missing_hca_leaves_nccl_on_the_other_rail(start, tmp_path: Path) -> None:
+    """NCCL_IB_HCA=mlx5_0:1,mlx5_3:1 with mlx5_3 gone: real NCCL uses mlx5_0 alone (one rail), as the
+    emulator now prints; the gate's both-rails rule, not a socket fallback, is what catches it."""
     head, start_worker = _two_ranks(start, tmp_path, ["mlx5_0"])
+    worker = start_worker()
+    wait_healthy(head.url, head.proc)
+    time.sleep(0.2)
+    for srv in (head, worker):
+        log = srv.text()
+        assert "NET/IB : No device found." not in log
+        assert "NET/IB : Using [0]mlx5_0:1/IB ; OOB " in log
+        assert set(_nets(log)) == {"IB"}
+
+
+def test_no_listed_hca_falls_back_to_socket_on_both_ranks(start, tmp_path: Path) -> None:
+    head, start_worker = _two_ranks(start, tmp_path, ["mlx5_5"])
     worker = start_worker()
     wait_healthy(head.url, head.proc)
     time.sleep(0.2)

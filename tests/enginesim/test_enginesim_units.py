@@ -27,7 +27,9 @@ def test_radix_granularity_sglang_token_vllm_block() -> None:
 def test_hca_selection_rules() -> None:
     devs = ["mlx5_0", "mlx5_1", "mlx5_3"]
     assert nccl.select_hcas("mlx5_0:1,mlx5_3:1", devs) == [("mlx5_0", 1), ("mlx5_3", 1)]
-    assert nccl.select_hcas("=mlx5_0,mlx5_5", devs) is None
+    # Real NCCL skips a listed HCA that does not exist and uses the rest; none left = no device.
+    assert nccl.select_hcas("=mlx5_0:1,mlx5_5:1", devs) == [("mlx5_0", 1)]
+    assert nccl.select_hcas("=mlx5_5,mlx5_6", devs) is None
     assert nccl.select_hcas("^=mlx5_0", devs) == [("mlx5_1", 1), ("mlx5_3", 1)]
     assert nccl.select_hcas(None, []) is None
 

@@ -15,8 +15,12 @@ outside tests/rig reads that file; production code has no such hook.
 
 Implemented: `docker version`, `docker run [-d] --name N [opts] IMAGE CMD...`, `docker logs [--tail N] N`,
 `docker inspect [-f FMT] N`, `docker ps [-a] [-q] [--filter name=|status=] [--format FMT]`,
-`docker rm [-f] N`, `docker stop [-t S] N`, `docker kill N`. Anything else exits 125 with a message, so
-a role that starts to depend on another docker feature fails loudly on the rig instead of passing.
+`docker rm [-f] N`, `docker stop [-t S] N`, `docker kill N`, `docker image inspect IMAGE`
+(an emulated image: id = hash of the reference). An image tag's version (`:v0.5.6-cu129`) becomes
+ENGINESIM_ENGINE_VERSION in the container, and `python3 -m pip show sglang` / `vllm --version` there
+print the emulated version, so preflight's flag check reads the emulated version's own `--help`.
+Anything else exits 125 with a message, so a role that starts to depend on another docker feature
+fails loudly on the rig instead of passing.
 Options that the real CLI validates against the host (a `--device` path that does not exist, a name
 already in use) fail here the same way, with the real CLI's message and exit code 125.
 """
@@ -184,9 +188,44 @@ def parse_run(argv: list[str]) -> dict:
     return {"opts": opts, "flags": flags, "image": argv[i], "cmd": argv[i + 1 :]}
 
 
-def container_env(opts: dict[str, list[str]], hostname: str) -> dict[str, str]:
+def image_engine_version(image: str) -> str | None:
+    """The engine version an image tag names (`lmsysorg/sglang:v0.5.6-cu129` -> 0.5.6); None = untagged.
+
+    The emulated image is enginesim at that version (ENGINESIM_ENGINE_VERSION): its --help and its
+    argument parser are that version's, and enginesim refuses a version it does not emulate.
+    """
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    m = re.match(r"v?(\d+\.\d+\.\d+)", tag)
+    return m.group(1) if m else None
+
+
+def image_doc(image: str) -> dict:
+    """`docker image inspect` of an emulated image: its id is a hash of the reference (no real layers)."""
+    import hashlib
+
+    return {
+        "Id": "sha256:" + hashlib.sha256(image.encode()).hexdigest(),
+        "RepoTags": [image],
+        "RepoDigests": [],
+        "Config": {"Labels": {"quickmap.rig_shim": "emulated image: enginesim stands in for the engine"}},
+    }
+
+
+def cmd_image(argv: list[str]) -> int:
+    """`docker image inspect IMAGE...`: every image 'exists' (the shim has no registry)."""
+    if not argv or argv[0] != "inspect":
+        raise ShimError(f"rig shim: docker image {' '.join(argv[:1])} is not supported", 125)
+    refs = [a for a in argv[1:] if not a.startswith("-")]
+    print(json.dumps([image_doc(r) for r in refs], indent=4))
+    return 0
+
+
+def container_env(opts: dict[str, list[str]], hostname: str, image: str = "") -> dict[str, str]:
     """The container's environment: image defaults plus `--env-file` and `-e K=V` / `-e K` (from our env)."""
     env = {"PATH": CONTAINER_PATH, "HOME": "/root", "HOSTNAME": hostname, "LC_ALL": "C.UTF-8"}
+    version = image_engine_version(image)
+    if version:
+        env["ENGINESIM_ENGINE_VERSION"] = version
     entries: list[str] = []
     for env_file in opts.get("--env-file", []):
         for line in Path(env_file).read_text().splitlines():
@@ -213,6 +252,15 @@ def engine_argv(cmd: list[str]) -> list[str]:
         return [python, "-m", "enginesim", "sglang", *cmd[3:]]
     if len(cmd) >= 2 and cmd[:2] == ["vllm", "serve"]:
         return [python, "-m", "enginesim", "vllm", "serve", *cmd[2:]]
+    if cmd == ["vllm", "--version"]:
+        return [python, "-m", "enginesim", "vllm", "--sim-print-version"]
+    if (
+        len(cmd) == 5
+        and Path(cmd[0]).name.startswith("python")
+        and cmd[1:4] == ["-m", "pip", "show"]
+        and cmd[4] in ("sglang", "vllm")
+    ):
+        return [python, "-S", os.path.abspath(__file__), "__pip_show", cmd[4]]
     shown = shlex.join(cmd) if cmd else "(image default)"
     raise ShimError(
         "docker: Error response from daemon: rig shim runs only `python3 -m sglang.launch_server ...` "
@@ -252,11 +300,27 @@ def is_calibration(cmd: list[str]) -> bool:
     return len(cmd) >= 2 and Path(cmd[0]).name.startswith("python") and cmd[1].endswith("calibrate.pyz")
 
 
+def is_client(cmd: list[str]) -> bool:
+    """`python3 .../loadgen.pyz ...`: the client run in a container (bench_client_runtime=docker)."""
+    return len(cmd) >= 2 and Path(cmd[0]).name.startswith("python") and cmd[1].endswith("loadgen.pyz")
+
+
 def container_argv(parsed: dict) -> list[str]:
     """The host command that stands in for the container's: enginesim for an engine, a GPU replay for
     the calibration (after the checks the real container would fail: the zipapp and --out must be in
-    bind mounts, --out writable)."""
+    bind mounts, --out writable), the client zipapp itself for the benchmark client (it needs only
+    Python and httpx, which the venv python has; the zipapp and the working dir must be mounted)."""
     cmd = parsed["cmd"]
+    if is_client(cmd):
+        mounts = _mounts(parsed["opts"])
+        python = os.environ.get("QM_SHIM_PYTHON", sys.executable)
+        fail = [python, "-S", os.path.abspath(__file__), "__exit", "2"]
+        if not _inside(cmd[1], mounts, writable=False):
+            return [*fail, f"{cmd[0]}: can't open file '{cmd[1]}': [Errno 2] No such file or directory"]
+        workdir = (parsed["opts"].get("-w") or parsed["opts"].get("--workdir") or [""])[-1]
+        if workdir and not _inside(workdir, mounts, writable=True):
+            return [*fail, f"rig shim: -w {workdir} is not in a writable bind mount of the container"]
+        return [python, *cmd[1:]]
     if not is_calibration(cmd):
         return engine_argv(cmd)
     mounts = _mounts(parsed["opts"])
@@ -311,7 +375,7 @@ def cmd_run(argv: list[str]) -> int:
         "image": parsed["image"],
         "cmd": parsed["cmd"],
         "engine_argv": engine,
-        "env": container_env(opts, hostname),
+        "env": container_env(opts, hostname, parsed["image"]),
         "devices": devices,
         "opts": opts,
         "flags": sorted(flags),
@@ -350,7 +414,27 @@ def cmd_run(argv: list[str]) -> int:
     sup.wait()
     state = json.loads((cdir / "state.json").read_text())
     sys.stdout.write(Path(state["log"]).read_text(errors="replace"))
+    if "--rm" in flags:
+        removed = home() / "removed"
+        removed.mkdir(parents=True, exist_ok=True)
+        os.replace(cdir, removed / f"{name}-{time.time_ns()}")
     return int(state["exit_code"] or 0)
+
+
+def pip_show(package: str) -> int:
+    """`python3 -m pip show sglang|vllm` in the emulated image: the version enginesim emulates there."""
+    python = os.environ.get("QM_SHIM_PYTHON", sys.executable)
+    flavour = ["sglang"] if package == "sglang" else ["vllm"]
+    out = subprocess.run(
+        [python, "-m", "enginesim", *flavour, "--sim-print-version"], capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        return out.returncode
+    print(
+        f"Name: {package}\nVersion: {out.stdout.strip()}\nSummary: emulated by enginesim (quickmap rig shim)"
+    )
+    return 0
 
 
 def supervise(name: str) -> int:
@@ -364,7 +448,7 @@ def supervise(name: str) -> int:
             stdout=log,
             stderr=subprocess.STDOUT,
             env=state["env"],
-            cwd="/",
+            cwd=(state["opts"].get("-w") or state["opts"].get("--workdir") or ["/"])[-1],
             start_new_session=True,
         )
     state.update(pid=proc.pid, supervisor_pid=os.getpid(), status="running", started=now_iso())
@@ -699,6 +783,7 @@ COMMANDS = {
     "rm": cmd_rm,
     "stop": cmd_stop,
     "kill": cmd_kill,
+    "image": cmd_image,
 }
 
 
@@ -797,6 +882,8 @@ def main(argv: list[str]) -> int:
     """Entry point: record the call, then dispatch."""
     if argv[:1] == ["__supervise"]:
         return supervise(argv[1])
+    if argv[:1] == ["__pip_show"]:
+        return pip_show(argv[1])
     if argv[:1] == ["__gpu_calibration"]:
         return gpu_calibration(argv[1], argv[2], argv[3:])
     if argv[:1] == ["__exit"]:  # a container whose command fails at once (message on stderr)

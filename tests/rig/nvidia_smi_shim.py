@@ -28,6 +28,52 @@ def running_engines() -> list[dict]:
 
 
 GPU_FIELDS = ("index", "name", "uuid", "memory.total", "driver_version")
+STAND_IN = "quickmap rig nvidia-smi stand-in: emulated, no GPU on this host"
+
+
+def query_all() -> str:
+    """`nvidia-smi -q` in the real layout (the keys node_facts reads), saying it is a stand-in."""
+    lines = [
+        "",
+        "==============NVSMI LOG==============",
+        "",
+        f"Note                                      : {STAND_IN}",
+        "Driver Version                            : 580.159.04",
+        "CUDA Version                              : 13.0",
+        "",
+        f"Attached GPUs                             : {GPUS}",
+    ]
+    for gpu in range(GPUS):
+        lines += [
+            f"GPU 00000000:{0x18 + gpu:02X}:00.0",
+            "    Product Name                          : NVIDIA H200",
+            f"    GPU UUID                              : GPU-qmrig-{gpu:04d}",
+            "    FB Memory Usage",
+            "        Total                             : 143771 MiB",
+            "    ECC Mode",
+            "        Current                           : Enabled",
+            "        Pending                           : Enabled",
+            "    GPU Power Readings",
+            "        Current Power Limit               : 700.00 W",
+            "    Max Clocks",
+            "        Graphics                          : 1980 MHz",
+            "        SM                                : 1980 MHz",
+            "        Memory                            : 3201 MHz",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def topology() -> str:
+    """`nvidia-smi topo -m` of an 8-GPU NVSwitch node with two NICs (stand-in)."""
+    head = "\t" + "\t".join(f"GPU{i}" for i in range(GPUS)) + "\tNIC0\tNIC1"
+    rows = [head]
+    for i in range(GPUS):
+        nics = ["PIX", "SYS"] if i < GPUS // 2 else ["SYS", "PIX"]
+        cells = ["X" if j == i else "NV18" for j in range(GPUS)] + nics
+        rows.append(f"GPU{i}\t" + "\t".join(cells))
+    rows += ["", "NIC Legend:", "", "  NIC0: mlx5_0", "  NIC1: mlx5_3", "", STAND_IN]
+    return "\n".join(rows)
 
 
 def main(argv: list[str]) -> int:
@@ -36,6 +82,12 @@ def main(argv: list[str]) -> int:
     Like the real one, a stray argument (e.g. a query list split at its comma) or an unknown field is an
     error, so a wrongly built command line fails on the rig instead of passing.
     """
+    if argv == ["topo", "-m"]:
+        print(topology())
+        return 0
+    if argv == ["-q"]:
+        print(query_all())
+        return 0
     if any(not a.startswith("-") for a in argv):
         print("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.")
         return 2

@@ -75,8 +75,16 @@ def read_json(path: Path) -> dict:
 
 
 def docker_runs(host: RigHost, since: float = 0.0) -> list[dict]:
-    """The `docker run` calls recorded on `host` at or after `since`."""
-    return [c for c in host.docker_calls() if c["argv"][1:2] == ["run"] and c["time"] >= since]
+    """The server starts (`docker run -d`) recorded on `host` at or after `since`.
+
+    Preflight's flag check also runs the image (`docker run --rm ... --help`, in the foreground): that
+    starts no server and is not counted.
+    """
+    return [
+        c
+        for c in host.docker_calls()
+        if c["argv"][1:2] == ["run"] and "-d" in c["argv"] and c["time"] >= since
+    ]
 
 
 def live_containers(rig: Rig) -> list[str]:
@@ -335,6 +343,9 @@ def test_missing_hca_on_worker_fails_the_gate_closed(ansible: AnsibleRunner, rig
     # The evidence: the verdict keeps the NCCL lines it read and says what was wrong with them.
     evidence = gate["logs"][0]
     assert "mlx5_3:1" not in evidence["hcas"] and evidence["problems"], evidence
+    # Real NCCL keeps going on the remaining rail (mlx5_0 alone); the rails rule is what fails it.
+    assert evidence["hcas"] == ["mlx5_0:1"] and evidence["transport"] == "ib", evidence
+    assert any("fewer than min_hcas=2" in p for p in evidence["problems"]), evidence["problems"]
     assert any("NET/IB" in line for line in evidence["lines"]), evidence["lines"]
     head = rig.host("head").name
     head_gate = read_json(rdir / "nodes" / head / "server" / f"{head}.start1_nccl_gate.json")

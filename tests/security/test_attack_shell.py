@@ -54,6 +54,9 @@ elif tool == "docker":
 """
 
 
+LAB_SCRIPTS = {"run.sh", "evidence.sh", "accuracy.sh"}  # roles/labs: checked on their own below
+
+
 def _stubs(bin_dir: Path) -> None:
     bin_dir.mkdir()
     for tool in ("setsid", "docker", "curl", "timeout"):
@@ -129,6 +132,22 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "calibrate_env": {"CAL_X": HOSTILE},
         "calibrate_docker_extra_opts": [HOSTILE],
         "calibrate_timeout_s": 60,
+        "labs_lab": HOSTILE,
+        "labs_variant": {"name": HOSTILE},
+        "labs_run": {
+            "name": HOSTILE,
+            "rel": f"run-{HOSTILE}",
+            "argv": ["loadgen", "--model", HOSTILE],
+            "rate_from": False,
+            "sample_metrics": True,
+            "profile": True,
+        },
+        "labs_plan": {"sample_interval_s": 0.01},
+        "labs_node_dir": str(results / "labs"),
+        "labs_dir": str(results / "labs"),
+        "labs_client_host": HOSTILE,
+        "labs_nvidia_smi": HOSTILE,
+        "engine_start_result": {"pid": HOSTILE},
     }
     out = tmp_path / "rendered"
     out.mkdir()
@@ -157,6 +176,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     _stubs(bin_dir)
     (results / "r1" / "server").mkdir(parents=True)
     (results / "r1" / bench_run["rel"]).mkdir(parents=True)
+    (results / "labs" / HOSTILE / f"run-{HOSTILE}").mkdir(parents=True)
     env = dict(
         os.environ,
         PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -184,7 +204,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     seen = [json.loads(line) for line in calls.read_text().splitlines()]
     by_tool: dict[str, list[list[str]]] = {}
     for call in seen:
-        if not call["script"].startswith("calibrate_"):
+        if not call["script"].startswith("calibrate_") and call["script"] not in LAB_SCRIPTS:
             by_tool.setdefault(call["tool"], []).append(call["argv"])
     assert set(by_tool) == {"setsid", "docker", "curl", "timeout"}, by_tool.keys()
 
@@ -233,3 +253,11 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     assert argv[2] == HOSTILE and after(argv, "--out") == out_dir and after(argv, "--base") == HOSTILE
     assert cal_process[0]["env"] == HOSTILE  # exported to the calibration process unchanged
     assert Path(out_dir).is_dir()
+
+    # The lab run script: the client's argv arrives word for word, the metrics URL as one word.
+    lab_client = [c["argv"] for c in seen if c["script"] == "run.sh" and c["tool"] == "timeout"]
+    assert len(lab_client) == 1, seen
+    assert lab_client[0][-3:] == ["loadgen", "--model", HOSTILE]
+    lab_curls = [c["argv"] for c in seen if c["script"] in LAB_SCRIPTS and c["tool"] == "curl"]
+    assert lab_curls and all(any(w.startswith(f"http://{HOSTILE}:") for w in argv) for argv in lab_curls)
+    assert Path(results / "labs" / HOSTILE / HOSTILE / "server_alive.json").is_file()

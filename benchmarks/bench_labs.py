@@ -1,0 +1,94 @@
+"""Wall time of the lab suite on inventory/local (enginesim), per lab and in total, both flavours.
+
+Runs the user's command, `ansible-playbook labs.yml -i inventory/local [-e engine_name=vllm]`, with the
+default workloads (every lab, no tag), in its own results root and on a free port, and prints per lab
+its wall time from lab.json (`wall_s`: from its plan to the last file its variants wrote; the judge's
+few seconds come after) and its verdict, the playbook's total wall time (preflight and report
+included) and the box's load average before and after. Targets: the whole suite <= 10 minutes per
+flavour, every lab <= 2 minutes. The box is shared: quote the load average with the figures.
+
+    .venv/bin/python benchmarks/bench_labs.py [--engines sglang,vllm] [--tags a,b] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.ansible.runner import ansible_env, free_port  # noqa: E402
+
+SUITE_TARGET_S = 600.0
+LAB_TARGET_S = 120.0
+
+
+def run(engine: str, tags: str | None, root: Path) -> int:
+    pyz = root / "loadgen.pyz"
+    subprocess.run([sys.executable, "-m", "loadgen.build_zipapp", str(pyz)], cwd=REPO, check=True)
+    ev = {
+        "quickmap_results_dir": str(root / "results"),
+        "quickmap_loadgen_pyz": str(pyz),
+        "engine_port": free_port(),
+        "engine_name": engine,
+        "run_id": f"bench_{engine}",
+    }
+    cmd = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "labs.yml",
+        "-i",
+        "inventory/local",
+        "-e",
+        json.dumps(ev),
+    ] + (["--tags", tags] if tags else [])
+    load0 = os.getloadavg()
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=ansible_env(), capture_output=True, text=True, check=False)
+    wall = time.monotonic() - t0
+    load1 = os.getloadavg()
+    labs_dir = root / "results" / f"bench_{engine}" / "labs"
+    print(
+        f"\n{engine}: rc={proc.returncode}, suite wall {wall:.1f} s (target {SUITE_TARGET_S:.0f} s), "
+        f"load average {load0[0]:.1f}/{load0[1]:.1f} before, {load1[0]:.1f}/{load1[1]:.1f} after"
+    )
+    print(f"{'lab':20} {'wall_s':>7}  verdict")
+    worst = 0.0
+    for lab_json in sorted(labs_dir.glob("*/lab.json"), key=lambda p: p.stat().st_mtime):
+        doc = json.loads(lab_json.read_text())
+        worst = max(worst, doc.get("wall_s") or 0.0)
+        flag = "" if (doc.get("wall_s") or 0) <= LAB_TARGET_S else "  (over the 2-minute target)"
+        print(f"{doc['lab']:20} {doc.get('wall_s') or 0:7.1f}  {doc['verdict']}{flag}")
+    if proc.returncode != 0:
+        print("\n".join((proc.stdout + proc.stderr).splitlines()[-30:]))
+    return 0 if proc.returncode == 0 and wall <= SUITE_TARGET_S and worst <= LAB_TARGET_S else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engines", default="sglang,vllm")
+    ap.add_argument("--tags", default=None, help="a subset of the labs (default: every lab)")
+    ap.add_argument("--keep", action="store_true", help="keep the results directory")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="qm-bench-labs-"))
+    rc = 0
+    try:
+        for engine in args.engines.split(","):
+            rc |= run(engine, args.tags, root / engine)
+    finally:
+        if args.keep:
+            print(f"results kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""`ansible-playbook labs.yml --check` prints every variant's server command and every client command,
+starts nothing and writes no lab files; a bad lab configuration is refused before anything starts."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from labs_helpers import DEFAULTS, REPO, rendered
+
+sys.path.insert(0, str(REPO))
+from tests.ansible.runner import ansible_env, free_port
+
+pytestmark = [pytest.mark.slow]
+
+
+def playbook(tmp: Path, *args: str, **ev) -> subprocess.CompletedProcess:
+    extra = {
+        "quickmap_results_dir": str(tmp / "results"),
+        "engine_port": free_port(),
+        "quickmap_loadgen_pyz": str(REPO / "pyproject.toml"),
+        **ev,
+    }  # check mode never runs the client
+    ev_file = tmp / "ev.json"
+    ev_file.write_text(json.dumps(extra))
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "labs.yml",
+            "-i",
+            "inventory/local",
+            "-e",
+            f"@{ev_file}",
+            *args,
+        ],
+        cwd=REPO,
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_check_prints_every_variants_command_and_starts_nothing(tmp_path, engine) -> None:
+    proc = playbook(tmp_path, "--check", engine_name=engine, run_id="dry")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:]
+    # the engine role's own "show the server command" lines: one rendered script per variant
+    scripts = re.findall(r"quickmap server start on localhost \(engine (\w+), runtime process", out)
+    definitions = rendered(DEFAULTS["labs_definitions"])
+    want = sum(len(definitions[lab][engine]["variants"]) for lab in definitions)
+    assert scripts == [engine] * want
+    for lab, d in definitions.items():
+        for v in d[engine]["variants"]:
+            # the words as the engine template quotes them, as they appear inside the printed JSON
+            flags = " ".join(shlex.quote(a) for a in v["args"]).replace('"', '\\"')
+            assert flags in out, (lab, v["name"], flags)
+            runs = re.findall(rf"# quickmap lab {lab}, variant {v['name']}, run (\w+)", out)
+            assert len(runs) == len(set(runs)), (lab, runs)
+    assert out.count("pyproject.toml --backend") > 40  # every client command, printed (the given zipapp)
+    assert not (tmp_path / "results" / "dry" / "labs").exists()
+    assert not (tmp_path / "results" / ".state").exists()  # no server was started
+
+
+def test_a_two_variable_comparison_is_refused_before_anything_starts(tmp_path) -> None:
+    defs = json.loads(json.dumps(DEFAULTS["labs_definitions"]))
+    defs["chunk_interference"]["sglang"]["comparisons"] = [
+        {"baseline": "chunk8192", "treatment": "chunk512_mixed", "expect": "lower"}
+    ]
+    proc = playbook(tmp_path, "--tags", "chunk_interference", labs_definitions=defs, run_id="bad")
+    assert proc.returncode != 0
+    assert "exactly one flag differs" in proc.stdout
+    assert not (tmp_path / "results" / ".state").exists()
+    assert "Engine | run the server command" not in proc.stdout
