@@ -298,6 +298,9 @@ def start(module: AnsibleModule) -> dict:
     p = module.params
     if not p["script"]:
         module.fail_json(msg="server_process: state=started needs script")
+    if p["runtime"] == "docker" and not p["container_name"]:
+        # Only a start needs the name: a stop and a log save take it from the start record.
+        module.fail_json(msg="server_process: state=started with runtime=docker needs container_name")
     for env, what in ((p["secret_env"], "secret_env"), (p["secret_args_env"], "secret_args_env")):
         problem = check_secret_env(env, what)
         if problem:
@@ -537,7 +540,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec=argument_spec,
         supports_check_mode=True,
-        required_if=[("state", "started", ("script",)), ("runtime", "docker", ("container_name",))],
+        required_if=[("state", "started", ("script",))],
     )
     handler = {"started": start, "stopped": stop, "logs": logs}[module.params["state"]]
     module.exit_json(**handler(module))

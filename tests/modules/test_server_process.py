@@ -210,7 +210,10 @@ def test_docker_secrets_go_through_a_private_env_file_removed_at_stop(
     mode, dir_mode, body = (bin_dir / "modes").read_text().split(" ", 2)
     assert (mode, dir_mode) == ("0o600", "0o700") and body == f"HF_TOKEN={canary}\n"
     (bin_dir / "modes").unlink()  # holds the canary only to report what docker saw
-    kind, stopped = run("server_process", args(tmp_path, "stopped", **common))
+    # The engine role's stop names no container: the start record does (a stop that required the name
+    # failed every docker run on the rig).
+    stop_args = {k: v for k, v in common.items() if k != "container_name"}
+    kind, stopped = run("server_process", args(tmp_path, "stopped", **stop_args))
     assert kind == "exit" and stopped["stopped"], stopped["msg"]
     assert not env_file.parent.exists(), "the private env-file directory outlived stop"
     assert ["rm", "-f", "qm"] in [json.loads(line) for line in calls.read_text().splitlines()]
@@ -234,7 +237,14 @@ def test_docker_container_with_another_id_is_left_alone(run, tmp_path: Path, mon
         "container_id": "beef" * 16,
     }
     (server / "node1.start1.server.json").write_text(json.dumps(record))
-    kind, res = run("server_process", args(tmp_path, "stopped", runtime="docker", container_name="qm"))
+    kind, res = run("server_process", args(tmp_path, "stopped", runtime="docker"))
     assert kind == "exit" and not res["changed"]
     assert "left alone" in res["left_alone"][0]
     assert not any(json.loads(line)[0] == "rm" for line in calls.read_text().splitlines())
+
+
+def test_a_docker_start_without_a_container_name_is_refused(run, tmp_path: Path) -> None:
+    script = "docker run -d image cmd\n"
+    kind, res = run("server_process", args(tmp_path, "started", script=script, runtime="docker"))
+    assert kind == "fail" and "needs container_name" in res["msg"]
+    assert not (tmp_path / "run/server/node1.start1_server_cmd.txt").exists()
