@@ -48,7 +48,9 @@ def test_quant_matrix_reads_each_variants_kernel_from_its_log_and_never_passes_a
     fig = doc["figures"]["variants"]
     assert doc["emulated"] and doc["reason"].startswith("emulated: ")
     for name, model in DEFAULTS["labs_quant_models"].items():
-        cmd = (advlabs["dir"] / "quant_matrix" / name / "server" / "localhost_server_cmd.txt").read_text()
+        cmd = (
+            advlabs["dir"] / "quant_matrix" / name / "server" / "localhost.start1_server_cmd.txt"
+        ).read_text()
         assert model in cmd, name
         assert fig[name]["model"] == model
         assert fig[name]["accuracy"]["status"] == "not measured (emulated engine)"
@@ -69,7 +71,7 @@ def test_quant_matrix_reads_each_variants_kernel_from_its_log_and_never_passes_a
         assert comps["fp8"]["verdict"] == "inconclusive" and "not comparable" in comps["fp8"]["reason"]
         assert doc["verdict"] == "inconclusive"
         assert any("FALLBACK" in p for p in doc["pitfalls"])
-        log = (advlabs["dir"] / "quant_matrix" / "fp8" / "server" / "localhost.log").read_text()
+        log = (advlabs["dir"] / "quant_matrix" / "fp8" / "server" / "localhost.start1.log").read_text()
         assert "Weight-only FP8 compression will be used leveraging the Marlin kernel" in log
 
 
@@ -77,7 +79,7 @@ def test_tp_scaling_efficiency_is_computed_from_the_runs_and_the_trace_shows_the
     doc = advlabs["docs"]["tp_scaling"]
     vs = doc["figures"]["variants"]
     assert [vs[n]["tp"] for n in ("tp1", "tp2", "tp8")] == [1, 2, 8]
-    cmd = (advlabs["dir"] / "tp_scaling" / "tp8" / "server" / "localhost_server_cmd.txt").read_text()
+    cmd = (advlabs["dir"] / "tp_scaling" / "tp8" / "server" / "localhost.start1_server_cmd.txt").read_text()
     assert ("--tp-size 8" if advlabs["engine"] == "sglang" else "--tensor-parallel-size 8") in cmd
     base = {r["rate"]: r["output_tok_s"] for r in vs["tp1"]["rates"]}
     for name, v in vs.items():

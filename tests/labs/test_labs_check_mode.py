@@ -14,7 +14,7 @@ import pytest
 from labs_helpers import DEFAULTS, REPO, rendered
 
 sys.path.insert(0, str(REPO))
-from tests.ansible.runner import ansible_env, free_port
+from tests.ansible.runner import ansible_env, free_port, zipapp_path
 
 pytestmark = [pytest.mark.slow]
 
@@ -23,9 +23,10 @@ def playbook(tmp: Path, *args: str, **ev) -> subprocess.CompletedProcess:
     extra = {
         "quickmap_results_dir": str(tmp / "results"),
         "engine_port": free_port(),
-        "quickmap_loadgen_pyz": str(REPO / "pyproject.toml"),
+        # Check mode runs no case, but preflight proves the client runs (`loadgen.pyz --version`).
+        "quickmap_loadgen_pyz": str(zipapp_path(tmp)),
         **ev,
-    }  # check mode never runs the client
+    }
     ev_file = tmp / "ev.json"
     ev_file.write_text(json.dumps(extra))
     return subprocess.run(

@@ -23,7 +23,7 @@ from labs_helpers import DEFAULTS, REPO
 from analysis.labs.verdicts import TIMED_LABS
 
 sys.path.insert(0, str(REPO))
-from tests.ansible.runner import ansible_env, free_port, pid_alive
+from tests.ansible.runner import ansible_env, free_port, server_still_running
 
 # Two playbook runs of six labs each: minutes on the shared 2-core box (the default 600 s is per test).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -85,11 +85,11 @@ def run_labs(
             timeout=1200,
         )
     finally:
-        state = tmp / "results" / ".state"
-        for pidfile in state.glob("*.pid") if state.is_dir() else []:
-            pid = int(pidfile.read_text().strip() or 0)
-            if pid and pid_alive(pid):
-                os.killpg(pid, signal.SIGKILL)
+        # Any variant server left behind (a playbook that died): only a process still the recorded one.
+        for path in (tmp / "results").glob("**/server/*.server.json"):
+            record = json.loads(path.read_text())
+            if record.get("runtime") == "process" and server_still_running(record):
+                os.killpg(int(record["pid"]), signal.SIGKILL)
     return proc, tmp / "results" / run_id / "labs"
 
 
@@ -120,10 +120,10 @@ def test_every_lab_leaves_commands_logs_results_and_an_emulated_report(labs) -> 
         assert all(o.endswith("(emulated)") for o in doc["observations"]), lab
         for v in doc["setup"]["variants"]:
             vdir = labs["dir"] / lab / v["name"]
-            cmd = (vdir / "server" / "localhost_server_cmd.txt").read_text()
+            cmd = (vdir / "server" / "localhost.start1_server_cmd.txt").read_text()
             assert "--served-model-name Qwen3-0.6B" in cmd, lab  # stable across variants
             assert all(word in cmd for word in v["flags"]), (lab, v["flags"])
-            log = (vdir / "server" / "localhost.log").read_text()
+            log = (vdir / "server" / "localhost.start1.log").read_text()
             assert "KV Cache is allocated" in log or "GPU KV cache size" in log, lab
             # A lab that rests on time is never judged on an emulator that fell behind; one that rests
             # on counts (kv_pressure, fp8_kv) keeps its verdict and names the lag among its pitfalls.
@@ -216,7 +216,11 @@ def test_fp8_capacity_ratio_is_read_from_both_start_up_logs(labs) -> None:
     assert 1.5 <= ratio <= 2.05, ratio
     for cap in (auto, fp8):
         log = (
-            labs["dir"] / "fp8_kv" / ("kv_fp8" if cap is fp8 else "kv_auto") / "server" / "localhost.log"
+            labs["dir"]
+            / "fp8_kv"
+            / ("kv_fp8" if cap is fp8 else "kv_auto")
+            / "server"
+            / "localhost.start1.log"
         ).read_text()
         assert cap["line"] in log
     assert doc["verdict"] == "supported", doc["reason"]

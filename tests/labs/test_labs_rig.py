@@ -43,9 +43,11 @@ def test_prefix_cache_and_kv_pressure_on_two_hosts_through_docker(rig, ansible, 
             assert v["name"] in variants
             # both ranks' commands and logs came home; the GPUs were proven idle on both before start
             for host in (head, worker):
-                cmd = (labs_dir / lab / v["name"] / "server" / f"{host.name}_server_cmd.txt").read_text()
+                cmd = (
+                    labs_dir / lab / v["name"] / "server" / f"{host.name}.start1_server_cmd.txt"
+                ).read_text()
                 assert cmd.count("docker run -d") == 1 and "--served-model-name" in cmd
-                assert (labs_dir / lab / v["name"] / "server" / f"{host.name}.log").stat().st_size > 0
+                assert (labs_dir / lab / v["name"] / "server" / f"{host.name}.start1.log").stat().st_size > 0
             idle = {g["host"]: g for g in v["gpu_idle_before_start"]}
             assert set(idle) == {head.name, worker.name}
             assert all(g["checked"] is True and g["gpus_idle"] is True for g in idle.values())
