@@ -39,7 +39,9 @@ def pytest_collectreport(report) -> None:
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     path = os.environ.get("QUICKMAP_SKIP_REPORT")
-    if path and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller sees every worker's reports
+    # The controller sees every worker's reports; a worker (it has workerinput) writes nothing. Not the
+    # PYTEST_XDIST_WORKER variable: a pytest a test starts inherits it and would never write its report.
+    if path and not hasattr(session.config, "workerinput"):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
