@@ -398,8 +398,9 @@ def test_worker_killed_mid_case_then_resume(ansible: AnsibleRunner, rig: Rig) ->
     head_log = run_dir(rig, run_id) / "nodes" / head.name / "server" / f"{head.name}.start1.log"
     assert f"Connection closed by remote peer {worker.address}" in head_log.read_text()
 
-    # Resume: same run id, the finished case untouched, the killed case redone and completed.
-    resumed = run_map(ansible, run_id, *plan, "-e", "resume=true")
+    # Resume: same run id and the same plan (a kept case measured under another prompt count would be
+    # refused by its fingerprint), the finished case untouched, the killed case redone and completed.
+    resumed = run_map(ansible, run_id, *plan, "-e", "num_prompts_cap=4", "-e", "resume=true")
     assert resumed.returncode == 0, tail(resumed)
     assert case_meta(rig, run_id, KILL_CASES[0]) == first
     for case_id in KILL_CASES:
