@@ -37,7 +37,9 @@ PREFIX = "enginesim:"
 RTF_OK = 0.98
 RTF_DEGRADED = 0.95
 LATE_STEP = 0.1  # a step written later than this share of its own length counts as late
-LATE_SHARE_MAX = 0.05  # at most this share of late steps keeps the p95 of inter-token gaps honest
+# A p95 moves as soon as late gaps approach 5 % of them: the tail stands only well below that (a case with
+# 1.1 % late steps measured ITL p95 1.17x the replay's).
+LATE_SHARE_MAX = 0.01
 TTFT_LATE_SHARE_MAX = 0.025  # the emulator's own lateness (slips, late writes) inside the TTFTs
 VERDICTS = ("ok", "degraded", "saturated", "unknown")
 
@@ -149,7 +151,7 @@ def _judge(before: dict | None, after: dict | None) -> dict | None:
     if math.isfinite(late) and late > LATE_SHARE_MAX:
         stands["itl_tail"] = False
         reasons.append(
-            f"{late:.1%} of steps written later than {LATE_STEP:.0%} of a step (limit {LATE_SHARE_MAX:.0%}): "
+            f"{late:.1%} of steps written later than {LATE_STEP:.0%} of a step (limit {LATE_SHARE_MAX:.1%}): "
             "tail latencies are not the emulated hardware's"
         )
     if math.isfinite(ttft_share) and ttft_share > TTFT_LATE_SHARE_MAX:

@@ -40,7 +40,8 @@ def playbook(tmp: Path, *args: str, **ev) -> subprocess.CompletedProcess:
             *args,
         ],
         cwd=REPO,
-        env=ansible_env(),
+        # The default callback prints every command whole (the console callback shortens failures).
+        env=dict(ansible_env(), ANSIBLE_STDOUT_CALLBACK="default"),
         capture_output=True,
         text=True,
         timeout=600,
@@ -64,7 +65,7 @@ def test_check_prints_every_variants_command_and_starts_nothing(tmp_path, engine
             assert flags in out, (lab, v["name"], flags)
             runs = re.findall(rf"# quickmap lab {lab}, variant {v['name']}, run (\w+)", out)
             assert len(runs) == len(set(runs)), (lab, runs)
-    assert out.count("pyproject.toml --backend") > 40  # every client command, printed (the given zipapp)
+    assert out.count("loadgen.pyz --backend") > 40  # every client command, printed (the given zipapp)
     assert not (tmp_path / "results" / "dry" / "labs").exists()
     assert not (tmp_path / "results" / ".state").exists()  # no server was started
 

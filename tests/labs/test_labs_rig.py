@@ -53,8 +53,9 @@ def test_prefix_cache_and_kv_pressure_on_two_hosts_through_docker(rig, ansible, 
             assert all(g["checked"] is True and g["gpus_idle"] is True for g in idle.values())
             alive = json.loads((labs_dir / lab / v["name"] / "server_alive.json").read_text())
             assert alive == {"runtime": "docker", "container": "quickmap-sglang", "running": True}
-    runs = [c for c in head.docker_calls() if c["argv"][1:2] == ["run"]]
-    assert len(runs) == 3 and len([c for c in worker.docker_calls() if c["argv"][1:2] == ["run"]]) == 3
+    # server starts only (preflight also runs the image in the foreground: --help, version, the client)
+    runs = [c for c in head.docker_calls() if c["argv"][1:3] == ["run", "-d"]]
+    assert len(runs) == 3 and len([c for c in worker.docker_calls() if c["argv"][1:3] == ["run", "-d"]]) == 3
     kv = json.loads((labs_dir / "kv_pressure" / "lab.json").read_text())["figures"]["variants"]["kv4096"]
     assert kv["capacity"]["tokens"] == 4096  # from the head's start-up log
     assert sum(r["preemptions"] or 0 for r in kv["runs"].values()) > 0 and kv["kv_full_proofs"]

@@ -89,7 +89,7 @@ def test_newer_image_gets_the_renamed_flag_and_the_client_runs_in_docker(
     assert "renamed --cuda-graph-max-bs -> --cuda-graph-max-bs-decode" in proc.stdout
     rdir = run_dir(rig, "rig-renamed")
     for host in rig.hosts:
-        cmd = (rdir / "nodes" / host.name / "server" / f"{host.name}_server_cmd.txt").read_text()
+        cmd = (rdir / "nodes" / host.name / "server" / f"{host.name}.start1_server_cmd.txt").read_text()
         assert "--cuda-graph-max-bs-decode 64" in cmd and "--cuda-graph-max-bs 64" not in cmd
     cached = list((rdir / "nodes" / "head" / "server" / "engine_help").glob("sha256-*.json"))
     assert len(cached) == 1 and "--cuda-graph-max-bs-decode" in read_json(cached[0])["help"]
