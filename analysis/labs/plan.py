@@ -23,6 +23,7 @@ import orjson
 from analysis.atomic import write_bytes, write_json
 from analysis.errors import InputError
 from analysis.labs import quant_plan, tp_plan
+from analysis.labs.client_args import random_dataset
 from analysis.labs.definitions import GOALS, LABS
 
 PLAN_SCHEMA = "quickmap.labs.plan/1"
@@ -289,19 +290,6 @@ class _Runs:
         )
 
 
-def _random(isl: int, osl: int, ratio: float = 1.0) -> list[str]:
-    return [
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(isl),
-        "--random-output-len",
-        str(osl),
-        "--random-range-ratio",
-        str(ratio),
-    ]
-
-
 def _jsonl(path: str) -> list[str]:
     return ["--dataset-name", "jsonl", "--dataset-path", path]
 
@@ -326,7 +314,7 @@ def _plan_sweep(r: _Runs, w: dict[str, Any], where: str) -> None:
             "num_prompts": w["num_prompts"],
             "warmup": w.get("warmup", 0),
         }
-        r.add(f"c{c}", wl, _random(w["isl"], w["osl"]))
+        r.add(f"c{c}", wl, random_dataset(w["isl"], w["osl"]))
 
 
 def _plan_prefill(r: _Runs, w: dict[str, Any], where: str) -> None:
@@ -343,7 +331,7 @@ def _plan_prefill(r: _Runs, w: dict[str, Any], where: str) -> None:
             "num_prompts": w["num_prompts"],
             "warmup": w.get("warmup", 0),
         }
-        r.add(f"isl{isl}", wl, _random(isl, w["osl"]))
+        r.add(f"isl{isl}", wl, random_dataset(isl, w["osl"]))
 
 
 def _plan_prefix(r: _Runs, w: dict[str, Any], where: str) -> None:
@@ -489,7 +477,7 @@ def _plan_kv(r: _Runs, w: dict[str, Any], where: str) -> None:
         r.add(
             s["name"],
             wl,
-            _random(s["isl"], s["osl"], ratio),
+            random_dataset(s["isl"], s["osl"], ratio),
             sample=True,
             expect_output_len=max(int(s["osl"] * ratio), 1),
         )
@@ -526,7 +514,7 @@ def _plan_ngram(r: _Runs, w: dict[str, Any], where: str) -> None:
         r.add(
             "throughput",
             {k: tp[k] for k in ("isl", "osl", "concurrency", "num_prompts")} | {"warmup": 0},
-            _random(tp["isl"], tp["osl"]),
+            random_dataset(tp["isl"], tp["osl"]),
         )
 
 

@@ -15,6 +15,7 @@ import re
 from typing import Any, Protocol
 
 from analysis.errors import InputError
+from analysis.labs.client_args import random_dataset
 
 # Words of the generated ShareGPT-shaped prompts (ordinary English: every tokenizer splits them).
 _WORDS = (
@@ -68,16 +69,7 @@ def plan(r: RunSink, w: dict[str, Any], where: str) -> None:
         raise InputError(
             None, f"{where}.saturation_concurrency", f"got {sat_c}, expected >= 2 (batch 1 is run apart)"
         )
-    random_args = [
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(isl),
-        "--random-output-len",
-        str(osl),
-        "--random-range-ratio",
-        "1.0",
-    ]
+    random_args = random_dataset(isl, osl)
     loads = (("c1", 1, b1), ("sat", sat_c, sat_n))
     for tag, c, n in loads:
         wl = {"dataset": "random", "isl": isl, "osl": osl, "concurrency": c, "num_prompts": n, "warmup": warm}

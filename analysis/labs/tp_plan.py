@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.errors import InputError
+from analysis.labs.client_args import random_dataset
 
 
 def _int(w: dict[str, Any], key: str, where: str) -> int:
@@ -36,16 +37,7 @@ def plan(r: Any, w: dict[str, Any], where: str) -> None:
         if rate in seen:
             raise InputError(None, f"{where}.rates", f"{rate!r} appears twice")
         seen.add(rate)
-    data = [
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(isl),
-        "--random-output-len",
-        str(osl),
-        "--random-range-ratio",
-        "1.0",
-    ]
+    data = random_dataset(isl, osl)
     profile = w.get("profile", True)
     if not isinstance(profile, bool):
         raise InputError(None, f"{where}.profile", f"got {profile!r}, expected true or false")
