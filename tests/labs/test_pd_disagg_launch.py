@@ -201,3 +201,16 @@ def test_check_mode_prints_every_command_and_starts_nothing(tmp_path: Path, engi
         assert text.count("kv_both") >= 2 and "vllm_proxy --host" in text
     assert f"--port {ports['pd_launch_router_port']}" in text
     assert not pd_dir.exists()
+
+
+def test_a_router_that_fails_to_start_stops_both_instances_and_fails_naming_why(tmp_path: Path) -> None:
+    proc, pd_dir, _ = launch(tmp_path, "pd_fail", pd_launch_router_extra_args=["--no-such-router-flag"])
+    try:
+        assert proc.returncode != 0
+        assert "unrecognized arguments: --no-such-router-flag" in out(proc)
+        rec = records(pd_dir)
+        assert set(rec) == {"prefill", "decode", "router"}
+        assert [k for k, r in rec.items() if server_still_running(r)] == []
+        assert out(proc).count("stopped with SIGTERM") == 2  # the instances; the router had exited
+    finally:
+        kill_leftovers(tmp_path)
