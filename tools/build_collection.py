@@ -6,14 +6,16 @@
 writes OUT_DIR/ansible_collections/quickmap/serving/ (the layout ansible-test needs) and
 OUT_DIR/quickmap-serving-<version>.tar.gz. The checkout stays the one source: it keeps its
 playbook-project layout (library/, module_utils/, action_plugins/, callback_plugins/, filter_plugins/,
-roles/) and each goes to its collection place here, with one change: the project's own module_utils
+roles/) and each goes to its collection place here, with two changes: the project's own module_utils
 imports (`ansible.module_utils.X` in modules, `module_utils.X` in controller plugins) become
-`ansible_collections.quickmap.serving.plugins.module_utils.X`. Nothing else is rewritten, so the
-installed files equal the checkout's after `collection_text` (tests/collection/test_build.py).
+`ansible_collections.quickmap.serving.plugins.module_utils.X`, and the project's Jinja filters in role
+YAML and templates (`| quickmap_shell_args`) get their FQCN (`| quickmap.serving.quickmap_shell_args`).
+Nothing else is rewritten, so the installed files equal the checkout's after `collection_text`
+(tests/collection/test_build.py).
 
 Same checkout, same collection: every file and directory of the tree gets a fixed mtime, so FILES.json
-(every file's sha256) and every member of the tarball are identical from build to build; only the timestamps that
-ansible-galaxy itself stamps on MANIFEST.json/FILES.json and the gzip header differ.
+(every file's sha256) and every member of the tarball are identical from build to build; only the
+timestamps ansible-galaxy itself stamps on MANIFEST.json/FILES.json and the gzip header differ.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,8 @@ PLACES = {
     "callback_plugins": "plugins/callback",
     "filter_plugins": "plugins/filter",
 }
+# Role files whose Jinja may name the project's filters.
+ROLE_TEXT_SUFFIXES = (".yml", ".yaml", ".j2")
 SKIPPED_NAMES = ("__pycache__", ".pytest_cache")
 SKIPPED_SUFFIXES = (".pyc",)
 # 2020-01-01T00:00:00Z: every assembled file gets this mtime (a build does not depend on checkout time).
@@ -72,6 +75,25 @@ def rewrite_imports(text: str, names: list[str]) -> str:
     )
 
 
+def our_filters(repo: Path = REPO) -> list[str]:
+    """Names of the project's own Jinja filters (the keys of filter_plugins/*.py's filters() maps)."""
+    names: set[str] = set()
+    for path in (repo / "filter_plugins").glob("*.py"):
+        body = path.read_text(encoding="utf-8").partition("def filters(")[2]
+        names.update(re.findall(r'^\s*"([a-z_][a-z0-9_]*)":', body, flags=re.M))
+    return sorted(names)
+
+
+def rewrite_filters(text: str, names: list[str]) -> str:
+    """`| quickmap_x` -> `| quickmap.serving.quickmap_x` in role files.
+
+    Inside a collection role, modules and roles named short resolve in the role's own collection, but
+    Jinja filters do not (role defaults are templated in the play's context): they need the FQCN.
+    """
+    alternatives = "|".join(map(re.escape, names))
+    return re.sub(rf"(\|\s*)({alternatives})\b", rf"\1{NAMESPACE}.{NAME}.\2", text)
+
+
 def collection_files(repo: Path = REPO) -> dict[str, Path]:
     """Every file of the collection: {path inside the collection: source file in the checkout}."""
     files: dict[str, Path] = {}
@@ -91,11 +113,14 @@ def _skipped(path: Path) -> bool:
     return any(part in SKIPPED_NAMES for part in path.parts) or path.suffix in SKIPPED_SUFFIXES
 
 
-def collection_text(place: str, source: Path, names: list[str]) -> bytes:
-    """The bytes a collection file holds: plugin Python with its imports rewritten, anything else as is."""
+def collection_text(place: str, source: Path, names: list[str], filters: list[str]) -> bytes:
+    """The bytes a collection file holds: plugin Python with its imports rewritten, role YAML and
+    templates with the project's filters by FQCN, anything else as is."""
     data = source.read_bytes()
     if place.startswith("plugins/") and place.endswith(".py"):
         return rewrite_imports(data.decode("utf-8"), names).encode("utf-8")
+    if place.startswith("roles/") and place.endswith(ROLE_TEXT_SUFFIXES):
+        return rewrite_filters(data.decode("utf-8"), filters).encode("utf-8")
     return data
 
 
@@ -104,11 +129,11 @@ def assemble(out: Path, repo: Path = REPO) -> Path:
     root = out / "ansible_collections" / NAMESPACE / NAME
     if root.exists():
         raise BuildError(f"{root} exists (rule: the collection is assembled into an empty directory)")
-    names = our_module_utils(repo)
+    names, filters = our_module_utils(repo), our_filters(repo)
     for place, source in collection_files(repo).items():
         target = root / place
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(collection_text(place, source, names))
+        target.write_bytes(collection_text(place, source, names, filters))
         # The executable bit travels (ansible-galaxy keeps it; role files scripts may need it).
         os.chmod(target, 0o755 if os.access(source, os.X_OK) else 0o644)
         os.utime(target, (FIXED_MTIME, FIXED_MTIME))
@@ -127,7 +152,8 @@ def _galaxy(*args: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, "LC_ALL": "C.UTF-8", "ANSIBLE_NOCOLOR": "1"},
     )
     if proc.returncode != 0:
-        raise BuildError(f"ansible-galaxy {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        what = f"ansible-galaxy {' '.join(args)} failed (exit {proc.returncode})"
+        raise BuildError(f"{what}:\n{proc.stdout}{proc.stderr}")
     return proc
 
 
@@ -136,7 +162,8 @@ def build(root: Path, out: Path) -> Path:
     _galaxy("collection", "build", str(root), "--output-path", str(out), "--force")
     tarballs = sorted(out.glob(f"{NAMESPACE}-{NAME}-*.tar.gz"))
     if len(tarballs) != 1:
-        raise BuildError(f"expected one {NAMESPACE}-{NAME}-*.tar.gz in {out}, found {[t.name for t in tarballs]}")
+        found = [t.name for t in tarballs]
+        raise BuildError(f"expected one {NAMESPACE}-{NAME}-*.tar.gz in {out}, found {found}")
     return tarballs[0]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -27,7 +28,7 @@ def test_installed_files_equal_the_checkout_after_the_import_rewrite(built_colle
     imports of the project's module_utils rewritten), and the install holds nothing else."""
     expected = build_collection.collection_files()
     galaxy = yaml.safe_load(expected.pop("galaxy.yml").read_text())  # becomes MANIFEST.json
-    names = build_collection.our_module_utils()
+    names, filters = build_collection.our_module_utils(), build_collection.our_filters()
     installed = built_collection.installed
     got = {
         p.relative_to(installed).as_posix()
@@ -40,11 +41,13 @@ def test_installed_files_equal_the_checkout_after_the_import_rewrite(built_colle
         k: galaxy[k] for k in ("namespace", "name", "version")
     }
     for place, source in expected.items():
-        assert (installed / place).read_bytes() == build_collection.collection_text(place, source, names), place
+        want = build_collection.collection_text(place, source, names, filters)
+        assert (installed / place).read_bytes() == want, place
     # Every role and every plugin directory of the checkout made it (a new one is never left behind).
     assert {p.name for p in (installed / "roles").iterdir()} == {p.name for p in (REPO / "roles").iterdir()}
     for src, dest in build_collection.PLACES.items():
-        assert {p.name for p in (installed / dest).glob("*.py")} == {p.name for p in (REPO / src).glob("*.py")}
+        got_names = {p.name for p in (installed / dest).glob("*.py")}
+        assert got_names == {p.name for p in (REPO / src).glob("*.py")}, dest
 
 
 def test_no_installed_plugin_imports_the_checkouts_module_utils(built_collection: Built) -> None:
@@ -75,9 +78,31 @@ def test_rewrite_touches_only_the_projects_own_module_utils() -> None:
         "from ansible.module_utils.basic import AnsibleModule\n"
         "from ansible_collections.quickmap.serving.plugins.module_utils.redact import mask_argv  # noqa\n"
         "    from ansible_collections.quickmap.serving.plugins.module_utils import redact as _redact\n"
-        "from ansible_collections.quickmap.serving.plugins.module_utils.atomic_write import atomic_write_text\n"
+        "from ansible_collections.quickmap.serving.plugins.module_utils.atomic_write"
+        " import atomic_write_text\n"
         "from ansible.module_utils.redactor import x\n"
     )
+
+
+def test_role_files_name_the_projects_filters_by_fqcn(built_collection: Built) -> None:
+    """Role defaults are templated in the play's context, where a short filter name from a collection
+    does not resolve: every use of the project's filters in the installed roles is by FQCN."""
+    filters = build_collection.our_filters()
+    assert "quickmap_shell_args" in filters and "quickmap_oneline" in filters
+    short = re.compile(rf"\|\s*({'|'.join(filters)})\b")
+    fqcn = 0
+    for path in (built_collection.installed / "roles").rglob("*"):
+        if path.suffix in (".yml", ".j2"):
+            text = path.read_text()
+            assert not short.search(text), path
+            fqcn += text.count("quickmap.serving.quickmap_")
+    assert fqcn >= 20
+
+
+def _members(tar: tarfile.TarFile) -> dict[str, tuple]:
+    """Every packed file and directory but the two manifests ansible-galaxy stamps with the build time."""
+    skip = ("MANIFEST.json", "FILES.json")
+    return {m.name: (m.mode, m.mtime, m.size) for m in tar.getmembers() if m.name not in skip}
 
 
 def _files_json(tarball: Path) -> dict:
@@ -90,8 +115,7 @@ def test_build_is_deterministic(built_collection: Built, tmp_path: Path) -> None
     again = build_collection.build(build_collection.assemble(tmp_path), tmp_path)
     assert _files_json(again) == _files_json(built_collection.tarball)
     with tarfile.open(again) as a, tarfile.open(built_collection.tarball) as b:
-        members = {m.name: (m.mode, m.mtime, m.size) for m in a.getmembers() if m.name.count(".json") == 0}
-        assert members == {m.name: (m.mode, m.mtime, m.size) for m in b.getmembers() if m.name.count(".json") == 0}
+        assert _members(a) == _members(b)
 
 
 def test_assemble_refuses_a_used_directory(tmp_path: Path) -> None:
