@@ -147,3 +147,13 @@ def test_ansible_doc_resolves_by_fqcn_from_the_install(built_collection: Built, 
     assert proc.returncode == 0, proc.stderr
     assert fqcn.upper() in proc.stdout.upper() or fqcn in proc.stdout, proc.stdout[:500]
     assert str(built_collection.installed) in proc.stdout, proc.stdout[:500]
+
+
+def test_every_role_readme_shows_its_fqcn_usage() -> None:
+    """An ops team reads the role README: each shows the role by its collection name, in a section the
+    README generator (tools/role_docs.py) keeps."""
+    for role_dir in sorted(p for p in (REPO / "roles").iterdir() if p.is_dir()):
+        readme = (role_dir / "README.md").read_text()
+        section = readme.partition("## From the quickmap.serving collection")[2]
+        assert section, f"{role_dir.name}: README has no FQCN usage section"
+        assert f"name: quickmap.serving.{role_dir.name}\n" in section, role_dir.name
