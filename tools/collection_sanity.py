@@ -2,9 +2,12 @@
 
     python tools/collection_sanity.py [--log FILE] [ansible-test sanity options...]
 
-Assembles the collection into build/collection-sanity/ansible_collections/quickmap/serving (ansible-test
-needs that layout), runs `ansible-test sanity --python <this python's X.Y>` there, writes everything it
-printed to the log (default build/collection-sanity.log, kept after a failure) and exits with its status.
+Assembles the collection into a temporary <dir>/ansible_collections/quickmap/serving (ansible-test needs
+that layout; outside this git checkout, where ansible-test would take the ignored build/ tree for "no
+files" and skip every test), runs `ansible-test sanity --python <this python's X.Y>` there, writes
+everything it printed to the log (default build/collection-sanity.log, kept after a failure) and exits
+with its status. A run in which any of the tests in REQUIRED_TESTS did not run fails, whatever
+ansible-test's status: a skipped check is not a passed one.
 
 ansible-test installs each sanity test's pinned requirements into virtual environments of its own,
 under $HOME/.ansible/test. Two things of this environment are arranged, both under
@@ -25,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +37,9 @@ import build_collection
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "build"
 TEST_HOME = BUILD / "ansible-test-home"
+# The sanity tests that matter most for modules and plugins; each must have run.
+REQUIRED_TESTS = ("validate-modules", "pylint", "import", "ansible-doc", "compile", "pep8", "yamllint")
+SKIP_LINE = re.compile(r"Skipping sanity test|targets skipped|Required program .* not found")
 PIP_CONFIGS = (".config/pip/pip.conf", ".pip/pip.conf")
 BOOTSTRAP_STAND_IN = '''"""Stand-in for get-pip.py (tools/collection_sanity.py): ensurepip's bundled pip,
 then pip installs what get-pip was asked to install (its pip version) from the package index."""
@@ -77,28 +84,35 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--log", type=Path, default=BUILD / "collection-sanity.log")
     args, extra = parser.parse_known_args(argv)
-    out = BUILD / "collection-sanity"
-    shutil.rmtree(out, ignore_errors=True)
-    root = build_collection.assemble(out)
     TEST_HOME.mkdir(parents=True, exist_ok=True)
     prepare_home(TEST_HOME)
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     cmd = [str(Path(sys.executable).with_name("ansible-test")), "sanity", "--python", python, "--color", "no"]
     env = {**os.environ, "HOME": str(TEST_HOME), "LC_ALL": "C.UTF-8"}
-    started = time.monotonic()
-    proc = subprocess.run(cmd + extra, cwd=root, env=env, capture_output=True, text=True, check=False)
-    took = time.monotonic() - started
-    skipped = [line for line in proc.stdout.splitlines() if "Skipping sanity test" in line]
+    out = Path(tempfile.mkdtemp(prefix="qm-collection-sanity-"))
+    try:
+        root = build_collection.assemble(out)
+        started = time.monotonic()
+        proc = subprocess.run(cmd + extra, cwd=root, env=env, capture_output=True, text=True, check=False)
+        took = time.monotonic() - started
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    output = proc.stdout + proc.stderr
+    ran = set(re.findall(r'^Running sanity test "([^"]+)"', output, flags=re.M))
+    missing = [] if extra else [t for t in REQUIRED_TESTS if t not in ran]
+    skipped = [line for line in output.splitlines() if SKIP_LINE.search(line)]
+    status = proc.returncode if not missing else 1
     summary = (
-        f"\n== {' '.join(cmd + extra)}\n== in {root}\n== exit {proc.returncode} after {took:.0f} s\n"
+        f"\n== {' '.join(cmd + extra)}\n== in {root}\n== exit {proc.returncode} after {took:.0f} s;"
+        f" {len(ran)} sanity tests ran\n"
         + "".join(f"== skipped by ansible-test: {line}\n" for line in skipped)
+        + (f"== FAILED: these sanity tests did not run: {', '.join(missing)}\n" if missing else "")
     )
     args.log.parent.mkdir(parents=True, exist_ok=True)
-    args.log.write_text(proc.stdout + proc.stderr + summary, encoding="utf-8")
-    output = (proc.stdout + proc.stderr).splitlines()
-    errors = [line for line in output if line.startswith(("ERROR", "FATAL"))]
+    args.log.write_text(output + summary, encoding="utf-8")
+    errors = [line for line in output.splitlines() if line.startswith(("ERROR", "FATAL"))]
     print("\n".join(errors[-60:]) + summary + f"== log: {args.log}")
-    return proc.returncode
+    return status
 
 
 if __name__ == "__main__":
