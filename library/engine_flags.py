@@ -22,7 +22,7 @@ description:
   - >-
     In check mode the commands still run (they start no server) and nothing is written.
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   engine:
     description: Engine name, for messages (sglang or vllm).
@@ -81,8 +81,10 @@ options:
     default: 600
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 """
 
