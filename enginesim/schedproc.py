@@ -17,6 +17,7 @@ the title cut to 15 bytes, as `setproctitle` leaves it; the real engines' cmdlin
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -47,8 +48,13 @@ def run_parent(argv: list[str], flavour: str) -> int:
     env[_EXE_ENV] = sys.executable
     env[_TITLE_ENV] = title(flavour)
     # argv[0] is the title, so Python cannot find its venv from it: hand the import path over.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    child = subprocess.Popen([title(flavour), "-m", "enginesim.schedproc"], executable=sys.executable, env=env)
+    # (an editable install's import hook lives in a .pth file, which PYTHONPATH does not run: name the
+    # directory that holds this package first).
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([here, *(p for p in sys.path if p)])
+    child = subprocess.Popen(
+        [title(flavour), "-m", "enginesim.schedproc"], executable=sys.executable, env=env
+    )
 
     def forward(sig: int, _frame: object) -> None:
         if child.poll() is None:
@@ -64,10 +70,8 @@ def run_parent(argv: list[str], flavour: str) -> int:
 
 
 def _prctl(option: int, arg: int) -> None:
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the title stays in argv[0] only
         ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(arg), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the title stays in argv[0] only
 
 
 def _child_main() -> int:

@@ -64,7 +64,9 @@ def test_scheduler_child_process_and_its_trace(start, tmp_path: Path, args, titl
     body = {"output_dir": str(out)} if args[0] == "sglang" else None
     assert httpx.post(srv.url + "/start_profile", json=body, timeout=5).status_code == 200
     if args[0] == "sglang":
-        r = httpx.post(srv.url + "/generate", json={"text": "hello " * 40, "sampling_params": {"max_new_tokens": 8}})
+        r = httpx.post(
+            srv.url + "/generate", json={"text": "hello " * 40, "sampling_params": {"max_new_tokens": 8}}
+        )
     else:
         r = httpx.post(
             srv.url + "/v1/completions",

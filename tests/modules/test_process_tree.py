@@ -98,7 +98,9 @@ def test_check_mode_writes_nothing_and_a_bad_pattern_is_named(run, tmp_path):
     server = subprocess.Popen([sys.executable, "-c", _SLEEPER])
     try:
         dest = tmp_path / "x.json"
-        kind, _ = run("process_tree", {"record": _record(server.pid), "match": MATCH, "dest": str(dest)}, True)
+        kind, _ = run(
+            "process_tree", {"record": _record(server.pid), "match": MATCH, "dest": str(dest)}, True
+        )
         assert kind == "exit" and not dest.exists()
         kind, res = run("process_tree", {"record": _record(server.pid), "match": "sglang::(("})
         assert kind == "fail" and "match='sglang::(('" in res["msg"]
