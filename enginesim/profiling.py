@@ -7,6 +7,10 @@ profiler trace; the emulator writes one with the same layout (kernel events on a
 like the real kernels) from the cost model's terms, so the same analysis reads both. Every event's
 args say `enginesim: true`: nothing here is a measured kernel time.
 
+Per step the trace also has the scheduler's CPU span (the cost model's per-step and per-request CPU
+part) on a track of its own, before the forward pass: the cost model adds it serially, so the trace
+shows no overlap of scheduling and forward pass (sched_profile's analysis reads it as such).
+
 Surfaces (as the engines have them): SGLang serves both routes always and writes
 `<dir>/<profile_id>-TP-<rank>.trace.json.gz` (dir: the request's `output_dir`, else
 SGLANG_TORCH_PROFILER_DIR, else /tmp; `num_steps` stops it by itself); vLLM serves them (POST) only
@@ -218,6 +222,8 @@ class Profiler:
         if not self.rec.active:
             return None
         self.rec.active = False
+        if self.flavour == "sglang":
+            self.log.line("Stop profiling...", rank=True)
         path = self._path()
         doc = chrome_trace(self.rec.steps, self.tp, self.flavour)
         try:

@@ -103,11 +103,7 @@ def figures(lab_dir: Path, plan: dict[str, Any], variants: dict[str, Variant], e
                 "pyspy": _pyspy(vdir / "runs" / f"load_{load}", engine),
             }
         out[name] = {"scheduler_process": _process(vdir), "loads": loads, "trace": _trace(vdir, engine)}
-    return {
-        "variants": out,
-        "dropped_variants": plan.get("dropped_variants", []),
-        "async_flag": "--async-scheduling",
-    }
+    return {"variants": out, "dropped_variants": plan.get("dropped_variants", [])}
 
 
 def _problems(name: str, v: dict[str, Any]) -> list[str]:
