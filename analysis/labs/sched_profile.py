@@ -52,18 +52,24 @@ def _pyspy(rdir: Path, engine: str) -> dict[str, Any]:
     }
     if meta.get("error"):
         return out | {"status": f"not run: {meta['error']}"}
-    errors = []
-    for kind in ("raw", "svg"):
-        if meta.get(f"{kind}_rc") != 0:
-            log = rdir / f"pyspy_{kind}.log"
-            text = log.read_text(errors="replace").strip() if log.is_file() else ""
-            last = text.splitlines()[-1] if text else "no output"
-            errors.append(f"py-spy ({kind}) exited {meta.get(f'{kind}_rc')}: {last}")
+
+    def failure(kind: str) -> str | None:
+        if meta.get(f"{kind}_rc") == 0:
+            return None
+        log = rdir / f"pyspy_{kind}.log"
+        text = log.read_text(errors="replace").strip() if log.is_file() else ""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        # py-spy's own message is its `Error: ...` line (a Rust backtrace may follow it)
+        said = next((ln for ln in lines if ln.startswith("Error")), lines[-1] if lines else "no output")
+        return f"py-spy ({kind}) exited {meta.get(f'{kind}_rc')}: {said} (pyspy_{kind}.log)"
+
     raw = rdir / "profile.txt"
-    out["svg"] = "flame.svg" if (rdir / "flame.svg").is_file() else None
+    out["svg"] = "flame.svg" if (rdir / "flame.svg").is_file() and meta.get("svg_rc") == 0 else None
     out["raw"] = "profile.txt" if raw.is_file() else None
-    if errors:
-        return out | {"status": "failed: " + "; ".join(errors)}
+    # The shares come from the raw profile; the flame graph is its picture (a failed one is a pitfall).
+    out["svg_error"] = failure("svg")
+    if failure("raw"):
+        return out | {"status": f"failed: {failure('raw')}"}
     if not raw.is_file():
         return out | {"status": "failed: py-spy wrote no raw profile"}
     s = sched_profile_pyspy.share(raw, engine, meta.get("rate_hz"), meta.get("duration_s"))
@@ -229,6 +235,9 @@ def pitfalls(fig: dict[str, Any], wl: dict[str, Any]) -> list[str]:
                 "each forward pass (no overlap or async scheduling modelled), so its overlap is 0 "
                 "by construction, not a measurement"
             )
+        for load, x in v["loads"].items():
+            if x["pyspy"].get("svg_error"):
+                out.append(f"{name}/{load}: no flame graph: {x['pyspy']['svg_error']}")
         p = v["scheduler_process"]
         if p.get("found") and len(p.get("matches", [])) > 1:
             out.append(

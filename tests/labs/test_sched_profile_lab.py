@@ -48,8 +48,11 @@ def test_the_scheduler_child_of_our_server_is_profiled_at_three_loads(lab) -> No
             s = v["loads"][load]["pyspy"]
             assert s["status"] == "read" and s["pid"] == p["pid"] and s["samples"] > 0, s
             rdir = lab["dir"] / name / "runs" / f"load_{load}"
-            assert (rdir / "flame.svg").read_text().lstrip().startswith("<?xml")
             assert (rdir / "profile.txt").stat().st_size > 0
+            if s["svg_error"] is None:
+                assert (rdir / "flame.svg").read_text().lstrip().startswith("<?xml")
+            else:  # py-spy's flame-graph run failed (seen once under load): named, never replaced
+                assert any(s["svg_error"] in x for x in doc["pitfalls"])
             busy.append(s["busy"])
         assert busy[2] > busy[0]
         t = v["trace"]
