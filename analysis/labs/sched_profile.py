@@ -228,6 +228,11 @@ def pitfalls(fig: dict[str, Any], wl: dict[str, Any]) -> list[str]:
             "no async-scheduling A/B declared for this engine: the trace is described alone; "
             "no comparable baseline exists"
         )
+    if len(fig["variants"]) > 1 and any(v["trace"].get("emulated") for v in fig["variants"].values()):
+        out.append(
+            "the async-scheduling A/B is not comparable on enginesim: it accepts the switch but does not "
+            "model it, so both variants' traces have the same serial schedule"
+        )
     for name, v in fig["variants"].items():
         if v["trace"].get("emulated"):
             out.append(
