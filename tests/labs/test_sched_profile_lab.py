@@ -84,7 +84,8 @@ def test_check_prints_each_variants_server_and_pyspy_commands(tmp_path, engine) 
     assert proc.returncode == 0, out[-3000:]
     scripts = re.findall(r"quickmap server start on localhost \(engine (\w+), runtime process", out)
     assert len(scripts) == (1 if engine == "sglang" else 2)
-    assert out.count("record --pid") == 6 * len(scripts)  # two py-spy per load, three loads
+    assert out.count("record --pid") == 3 * len(scripts)  # the py-spy command of each of the three loads
+    assert out.count("spy flamegraph flame.svg svg") == 3 * len(scripts)
     assert out.count("loadgen.pyz --backend") == 4 * len(scripts)
     if engine == "vllm":
         assert "--async-scheduling" in out
