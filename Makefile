@@ -17,7 +17,7 @@ all: test
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,calibrate]'
+	$(PY) -m pip install -q -e '.[dev,calibrate,labs]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -60,7 +60,7 @@ test: $(STAMP) system-deps zipapp lint
 # (bench_loadgen exits non-zero on a missed target only with --strict, so it gets it here.)
 BENCHES := bench_analysis bench_enginesim bench_loadgen bench_orchestration bench_rig_orchestration bench_labs
 bench: $(STAMP) zipapp
-	$(PY) -m pip install -q -e '.[dev,calibrate,bench]'
+	$(PY) -m pip install -q -e '.[dev,calibrate,labs,bench]'
 	@missed=""; for b in $(BENCHES); do \
 	  strict=""; if [ $$b = bench_loadgen ]; then strict=--strict; fi; \
 	  echo "== benchmarks/$$b.py $$strict"; $(PY) benchmarks/$$b.py $$strict || missed="$$missed $$b"; \

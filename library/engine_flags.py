@@ -122,6 +122,11 @@ known_flags:
   description: How many option spellings the help lists.
   returned: always
   type: int
+known_flag_names:
+  description: The option spellings the help lists, sorted (a lab whose variant needs a flag reads it).
+  returned: always
+  type: list
+  elements: str
 rename_map:
   description: "Renames that apply to this version, {rendered flag: spelling}."
   returned: always
@@ -272,6 +277,7 @@ def main() -> None:
         cached=cached,
         cache_file=cache_file,
         known_flags=len(known),
+        known_flag_names=sorted(known),
         rename_map=mapping,
         flags=flags,
         unknown=unknown,
