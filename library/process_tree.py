@@ -22,7 +22,7 @@ description:
     RV(found) is false and RV(reason) says why, so the caller records an inconclusive result.
   - O(dest) gets the result as JSON (atomically); in check mode nothing is written.
 version_added: "0.4.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   record:
     description: The server's start record (pid, start_ticks, boot_id, cmdline), as server_process returns it.
@@ -37,8 +37,10 @@ options:
     type: path
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 """
 
