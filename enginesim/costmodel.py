@@ -11,6 +11,11 @@ from dataclasses import dataclass
 
 from .catalog import Hardware, ModelSpec
 
+# An engine's fixed costs (data/engines.json), seconds. Zero = a bare model with no engine around it
+# (what the H200 calibration measured, and what calibrate.compare prices).
+ENGINE_COST_KEYS = ("step_cpu", "per_request_cpu", "sampling", "intake", "intake_per_token")
+NO_ENGINE = dict.fromkeys(ENGINE_COST_KEYS, 0.0)
+
 
 @dataclass
 class StepCost:
@@ -34,6 +39,7 @@ class CostModel:
         cuda_graph: bool,
         graph_max_bs: int,
         graph_covers_mixed: bool,
+        engine: dict[str, float] | None = None,
     ) -> None:
         self.m = model
         self.hw = hw
@@ -46,24 +52,44 @@ class CostModel:
         ov = hw.overheads
         self.flops_rate = hw.peak_flops * hw.eff_compute
         self.bw = hw.mem_bw * hw.eff_memory
-        self.lin_flops_per_token = 2.0 * model.active_params / tp
+        # logits are computed for one row per prefill sequence and per decode token, not per prompt
+        # token; the embedding lookup reads rows, not the table (and does no matmul)
+        emb = float(model.vocab * model.hidden)
+        untied = not model.extra.get("tie_embeddings", False)
+        self.lm_head_flops = 2.0 * emb / tp
+        body_params = max(model.active_params - emb * (2 if untied else 1), 0.0)
+        self.lin_flops_per_token = 2.0 * body_params / tp
         self.attn_flops_per_ctx = 4.0 * model.layers * model.heads * model.head_dim / tp
+        table_bytes = emb * model.dtype_bytes / tp if untied else 0.0
         # MoE: experts' bytes are read only for the experts the step's tokens touch
         if model.experts:
             per_expert = 3 * model.hidden * model.moe_intermediate * model.dtype_bytes
             moe_layers = model.layers - int(model.extra.get("first_dense_layers", 0))
             self.expert_bytes = per_expert * model.experts * moe_layers / tp
-            self.dense_bytes = max(model.weight_bytes_per_gpu(tp) - self.expert_bytes, 0.0)
+            self.dense_bytes = max(model.weight_bytes_per_gpu(tp) - self.expert_bytes - table_bytes, 0.0)
         else:
             self.expert_bytes = 0.0
-            self.dense_bytes = model.weight_bytes_per_gpu(tp)
-        self.eager_launch = model.layers * ov["kernels_per_layer"] * ov["kernel_launch"]
+            self.dense_bytes = model.weight_bytes_per_gpu(tp) - table_bytes
+        kernels = model.layers * ov["kernels_per_layer"]
+        self.eager_launch = kernels * ov["kernel_launch"]
+        self.kernel_floor = kernels * ov.get("kernel_floor", 0.0)
         self.graph_replay = ov["graph_replay"]
-        self.step_cpu = ov["step_cpu"]
-        self.per_req_cpu = ov["per_request_cpu"]
+        eng = {**NO_ENGINE, **(engine or {})}
+        self.step_cpu = eng["step_cpu"] + eng["sampling"]
+        self.per_req_cpu = eng["per_request_cpu"]
+        self.intake_fixed = eng["intake"]
+        self.intake_per_token = eng["intake_per_token"]
         cross_node = nnodes > 1 or tp > hw.gpus_per_node
         self.ar_bw = (hw.inter_node_bw if cross_node else hw.intra_node_bw / 2) * hw.eff_network
         self.ar_lat = ov["allreduce_latency_inter" if cross_node else "allreduce_latency_intra"]
+
+    def intake(self, prompt_tokens: int) -> float:
+        """Seconds from a request's send to the scheduler seeing it (HTTP, tokenisation, hand-over).
+
+        A latency, not step time: the engines do it in another process (SGLang's tokenizer manager,
+        vLLM's API server) while the GPU keeps stepping the running batch.
+        """
+        return self.intake_fixed + self.intake_per_token * prompt_tokens
 
     def weight_bytes(self, tokens: int) -> float:
         if not self.expert_bytes:
@@ -81,11 +107,17 @@ class CostModel:
             attn_ctx += n * (before + n / 2.0)
             kv_read += before
         tokens = p_tokens + dec_tokens
-        flops = self.lin_flops_per_token * tokens + self.attn_flops_per_ctx * attn_ctx
+        logit_rows = len(prefill) + dec_tokens
+        flops = (
+            self.lin_flops_per_token * tokens
+            + self.lm_head_flops * logit_rows
+            + self.attn_flops_per_ctx * attn_ctx
+        )
         mem = self.weight_bytes(tokens) + (kv_read + tokens) * self.kv_bpt
         t_comp = flops / self.flops_rate
         t_mem = mem / self.bw
-        t_gpu = max(t_comp, t_mem)
+        # every kernel costs at least a floor the roofline does not see (launch gap, tail, small grids)
+        t_gpu = max(t_comp, t_mem) + self.kernel_floor
         graph = (
             self.cuda_graph
             and (not p_tokens or self.graph_covers_mixed)

@@ -14,7 +14,7 @@ import collections
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import flavours, lm
+from . import catalog, flavours, lm
 from .capacity import Capacity
 from .catalog import Hardware, ModelSpec
 from .cli import Config
@@ -37,6 +37,7 @@ def build_cost(cfg: Config, model: ModelSpec, hw: Hardware, cap: Capacity) -> Co
         cfg.cuda_graph,
         cfg.cuda_graph_max_bs,
         graph_covers_mixed=flavours.get(cfg.flavour).graph_covers_mixed,
+        engine=catalog.load_engine_costs(cfg.flavour),
     )
 
 
