@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 from .catalog import Hardware, ModelSpec
 
+# Kernels a piecewise (vLLM) or breakable (SGLang) prefill graph leaves eager in each layer: the
+# attention and its KV write run between the graph pieces; everything else replays from the graph.
+PIECEWISE_EAGER_KERNELS_PER_LAYER = 2
+
 # An engine's fixed costs (data/engines.json), seconds. Zero = a bare model with no engine around it
 # (what the H200 calibration measured, and what calibrate.compare prices).
 ENGINE_COST_KEYS = ("step_cpu", "per_request_cpu", "sampling", "intake", "intake_per_token")
@@ -24,7 +28,9 @@ class StepCost:
     memory: float
     launch: float
     comm: float
-    graph: bool
+    graph: bool  # any CUDA graph ran the step (full, or piecewise around eager attention)
+    mode: str = "eager"  # "full" graph, "piecewise" graph, or "eager"
+    host: float = 0.0  # CPU seconds to issue the step's GPU work (overlaps the GPU's own time)
 
 
 class CostModel:
@@ -40,6 +46,7 @@ class CostModel:
         graph_max_bs: int,
         graph_covers_mixed: bool,
         engine: dict[str, float] | None = None,
+        prefill_graph_max_tokens: int = 0,
     ) -> None:
         self.m = model
         self.hw = hw
@@ -49,6 +56,8 @@ class CostModel:
         self.cuda_graph = cuda_graph
         self.graph_max_bs = graph_max_bs
         self.graph_covers_mixed = graph_covers_mixed
+        # steps with prefill tokens run under piecewise graphs up to this many tokens (0: eager)
+        self.prefill_graph_max_tokens = prefill_graph_max_tokens
         ov = hw.overheads
         self.flops_rate = hw.peak_flops * hw.eff_compute
         self.bw = hw.mem_bw * hw.eff_memory
@@ -74,6 +83,10 @@ class CostModel:
         self.eager_launch = kernels * ov["kernel_launch"]
         self.kernel_floor = kernels * ov.get("kernel_floor", 0.0)
         self.graph_replay = ov["graph_replay"]
+        # piecewise: one replay per piece (layers + 1) and the eager attention kernels between them
+        self.piecewise_host = (model.layers + 1) * ov["graph_replay"] + (
+            model.layers * PIECEWISE_EAGER_KERNELS_PER_LAYER * ov["kernel_launch"]
+        )
         eng = {**NO_ENGINE, **(engine or {})}
         self.step_cpu = eng["step_cpu"] + eng["sampling"]
         self.per_req_cpu = eng["per_request_cpu"]
@@ -118,14 +131,11 @@ class CostModel:
         t_mem = mem / self.bw
         # every kernel costs at least a floor the roofline does not see (launch gap, tail, small grids)
         t_gpu = max(t_comp, t_mem) + self.kernel_floor
-        graph = (
-            self.cuda_graph
-            and (not p_tokens or self.graph_covers_mixed)
-            and (tokens if self.graph_covers_mixed else dec_reqs) <= self.graph_max_bs
-        )
-        launch = self.graph_replay if graph else self.eager_launch
-        # eager launches overlap GPU work; a step can't end before its kernels are launched
-        t = t_gpu + launch if graph else max(t_gpu, launch)
+        mode = self.mode(p_tokens, dec_reqs, tokens)
+        # The host issues kernels asynchronously: a step ends when both the host has issued its work
+        # and the GPU has run it, so host and GPU time overlap (max), they do not add.
+        host = {"full": self.graph_replay, "piecewise": self.piecewise_host, "eager": self.eager_launch}[mode]
+        t = t_gpu + host if mode == "full" else max(t_gpu, host)
         comm = 0.0
         if self.tp > 1:
             size = tokens * self.m.hidden * 2
@@ -134,4 +144,13 @@ class CostModel:
             a2a = 2 * tokens * self.m.experts_per_token * self.m.hidden * self.m.dtype_bytes / self.ep
             comm += self.m.layers * (self.ar_lat + a2a / self.ar_bw)
         t += comm + self.step_cpu + self.per_req_cpu * (dec_reqs + len(prefill))
-        return StepCost(t, t_comp, t_mem, launch, comm, graph)
+        return StepCost(t, t_comp, t_mem, host, comm, mode != "eager", mode, host)
+
+    def mode(self, p_tokens: int, dec_reqs: int, tokens: int) -> str:
+        """How the engine runs a step: a full CUDA graph (decode up to the captured batch; vLLM's
+        FULL_AND_PIECEWISE also replays full graphs for uniform decode), piecewise graphs around
+        eager attention (steps with prefill tokens up to the prefill capture size), or eager."""
+        if not p_tokens:
+            size = tokens if self.graph_covers_mixed else dec_reqs
+            return "full" if self.cuda_graph and size <= self.graph_max_bs else "eager"
+        return "piecewise" if tokens <= self.prefill_graph_max_tokens else "eager"

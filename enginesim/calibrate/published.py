@@ -156,9 +156,10 @@ def fit_engine(flavour: str, rows: list[dict[str, Any]] | None = None) -> dict[s
     """Fit one engine's costs to the figures its profile names in `fitted_on`.
 
     step_cpu from one decode figure (TPOT at concurrency 1: a step there is GPU + step_cpu); then
-    intake and intake_per_token from TTFT figures (one: intake alone; two with different
-    prompt lengths: both, linear in the two). per_request_cpu and sampling are not fitted (no row can
-    separate them from step_cpu).
+    intake from one TTFT figure, the profile's intake_per_token standing (tokenisation, a measured
+    rate, not a fit: a fit would push prefill work that prefix caching saves into intake); a profile
+    that names two TTFT figures of different prompt lengths fits both, linear in the two.
+    per_request_cpu and sampling are not fitted (no row can separate them from step_cpu).
     """
     rows = rows or load_rows()
     prof = json.loads(resources.files("enginesim").joinpath("data", "engines.json").read_text())["engines"][
@@ -179,7 +180,9 @@ def fit_engine(flavour: str, rows: list[dict[str, Any]] | None = None) -> dict[s
         pts = []
         for f in ttft:
             row, cmp = _compared(rows, f["row"], f["figure"])
-            base = {**costs, "intake": 0.0, "intake_per_token": 0.0}
+            # intake_per_token is fitted only when a profile names it; otherwise its value stands
+            zero_per_token = any(f["param"] == "intake_per_token" for f in ttft)
+            base = {**costs, "intake": 0.0, **({"intake_per_token": 0.0} if zero_per_token else {})}
             t0 = float(run_row(row, base)[cmp["replay_key"]])
             pts.append((row["replay"]["workload"]["isl"], cmp["published"] - t0))
         if len(pts) == 1:
