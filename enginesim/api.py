@@ -173,7 +173,7 @@ class App(NativeRoutes, OpenAIRoutes, SimRoutes):
         conn.on_close = lambda: self.e.abort(r)
         if stream:
             conn.start_stream()
-        self.e.submit(r)
+        self.e.submit_after_intake(r)
         return None
 
     def text_of(self, r: Req, start: int, end: int) -> str:

@@ -105,6 +105,7 @@ def _from_hf_config(name: str, cfg: dict[str, Any]) -> ModelSpec:
         experts=cfg.get("n_routed_experts") or cfg.get("num_experts") or 0,
         experts_per_token=cfg.get("num_experts_per_tok") or 0,
         moe_intermediate=cfg.get("moe_intermediate_size") or 0,
+        extra={"tie_embeddings": bool(cfg.get("tie_word_embeddings", False))},
     )
 
 
@@ -186,3 +187,17 @@ def load_hardware(key: str, override: dict[str, Any] | None = None) -> Hardware:
         overheads={**data["overheads_s"], **prof.get("overheads_s", {})},
         source=prof.get("source", ""),
     )
+
+
+def load_engine_costs(flavour: str) -> dict[str, float]:
+    """The fixed costs of engine `flavour` (data/engines.json `engines.<name>.costs_s`), seconds.
+
+    Why separate from the hardware profile: scheduler, sampling and request intake are the engine's own
+    code on the host, the same on any GPU; a hardware profile (measured or datasheet) never carries them.
+    """
+    engines = _load("engines.json")["engines"]
+    if flavour not in engines:
+        raise KeyError(
+            f"no engine profile for {flavour!r} in data/engines.json (have: {', '.join(sorted(engines))})"
+        )
+    return {k: float(v) for k, v in engines[flavour]["costs_s"].items()}

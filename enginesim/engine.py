@@ -63,6 +63,26 @@ class Engine(Scheduler):
         self._gather: asyncio.Future[None] | None = None
         self._gather_until = 0
 
+    def submit_after_intake(self, r: Req) -> None:
+        """The request reaches the scheduler the engine's intake latency after it arrived (HTTP,
+        tokenisation, hand-over: another process in the real engines), as the replay has it."""
+        delay = self.cost.intake(len(r.ctx)) * self.scale
+        if delay <= 0:
+            self.submit(r)
+            return
+
+        def arrive() -> None:
+            if r.finished:  # the client went away meanwhile (abort marks it finished)
+                return
+            if self.dead:  # the engine died meanwhile: fail it as fail_all did the others
+                r.finished = True
+                r.finish_reason = {"type": "abort", "message": f"engine dead: {self.dead}"}
+                r.sink.fail(r, f"engine dead: {self.dead}")
+                return
+            self.submit(r)
+
+        asyncio.get_running_loop().call_later(delay, arrive)
+
     # ---- hooks of the scheduler -------------------------------------------------------------------
     def _on_submit(self, r: Req) -> None:
         r.mark = self.evidence.slip_s  # the slips from here to its first token are TTFT lateness

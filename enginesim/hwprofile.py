@@ -23,8 +23,6 @@ OVERHEAD_KEYS = (
     "kernel_launch",
     "kernels_per_layer",
     "graph_replay",
-    "step_cpu",
-    "per_request_cpu",
     "allreduce_latency_intra",
     "allreduce_latency_inter",
 )

@@ -20,12 +20,14 @@ population); the output is one JSON line. Extra facts for pacing the live emulat
 from __future__ import annotations
 
 import argparse
+import heapq
 import itertools
 import json
 import math
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,8 +95,11 @@ class _Sink:
 
 
 class _Client:
-    def __init__(self, w: Workload, vocab: int) -> None:
+    def __init__(self, w: Workload, vocab: int, intake: Callable[[int], float]) -> None:
         self.w = w
+        self.intake = intake  # send -> the scheduler sees the request (the engine's intake latency)
+        self.arrivals: list[tuple[float, int, Req]] = []  # (arrival, order, request): sent, not arrived
+        self.sent = 0
         self.now = 0.0
         self.in_flight = 0
         self.out_sum = 0  # sum over events of the output length so far (a cumulative event's size)
@@ -128,9 +133,27 @@ class _Client:
         return self._ids(w.isl)
 
     def next_due(self) -> float | None:
-        due = [self.records[self.next].due] if self.next < len(self.records) else []
+        free = self.in_flight < (self.w.concurrency or len(self.records))
+        due = [self.records[self.next].due] if self.next < len(self.records) and free else []
         due += [rec.due for rec, _, _ in self.extras]
+        if self.arrivals:
+            due.append(self.arrivals[0][0])
         return min(due) if due else None
+
+    def _send(self, sched: Scheduler, r: Req, send: float) -> None:
+        """The request reaches the scheduler `intake` after its send (at once when that is zero)."""
+        at = send + self.intake(len(r.ctx))
+        self.sent += 1
+        heapq.heappush(self.arrivals, (at, self.sent, r))
+        self.deliver(sched, self.now)
+
+    def deliver(self, sched: Scheduler, until: float) -> None:
+        saved = self.now
+        while self.arrivals and self.arrivals[0][0] <= until:
+            at, _, r = heapq.heappop(self.arrivals)
+            self.now = at
+            sched.submit(r)
+        self.now = saved
 
     def send_extras(self, sched: Scheduler, until: float) -> None:
         while self.extras and self.extras[0][0].due <= until:
@@ -138,12 +161,17 @@ class _Client:
             rec.send = rec.due
             saved = self.now
             self.now = rec.send
-            sched.submit(Req(f"replay-extra-{-rec.index}", self._ids(isl), osl, True, _Sink(self, rec)))
+            self._send(
+                sched,
+                Req(f"replay-extra-{-rec.index}", self._ids(isl), osl, True, _Sink(self, rec)),
+                rec.send,
+            )
             self.now = saved
             self.injected.append((rec, isl))
 
     def send_ready(self, sched: Scheduler, until: float) -> None:
         """Send every request that is due by `until` while a slot is free; each arrives at its send time."""
+        self.deliver(sched, until)
         self.send_extras(sched, until)
         limit = self.w.concurrency or len(self.records)
         while self.next < len(self.records) and self.in_flight < limit:
@@ -154,7 +182,7 @@ class _Client:
             saved = self.now
             self.now = rec.send
             r = Req(f"replay-{rec.index}", self.prompt(rec.index), self.w.osl, True, _Sink(self, rec))
-            sched.submit(r)
+            self._send(sched, r, rec.send)
             self.now = saved
             self.in_flight += 1
             self.next += 1
@@ -168,7 +196,7 @@ def run(cfg: cli.Config, w: Workload) -> dict[str, Any]:
     cost = build_cost(cfg, model, hw, cap)
     if w.isl + w.osl > cap.context_len:
         raise ValueError(f"--isl {w.isl} + --osl {w.osl} exceeds the context length {cap.context_len}")
-    client = _Client(w, model.vocab)
+    client = _Client(w, model.vocab, cost.intake)
     sched = Scheduler(cfg, model, cap, cost, NullLogger(cfg.flavour), lambda: client.now)
     steps: list[tuple[float, int]] = []  # (emulated seconds, events) per step
     t = 0.0

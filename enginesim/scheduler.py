@@ -14,7 +14,7 @@ import collections
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import flavours, lm
+from . import catalog, flavours, lm
 from .capacity import Capacity
 from .catalog import Hardware, ModelSpec
 from .cli import Config
@@ -27,6 +27,7 @@ from .radix import RadixCache
 
 def build_cost(cfg: Config, model: ModelSpec, hw: Hardware, cap: Capacity) -> CostModel:
     """The cost model of one engine configuration (the live server and the replay build it here)."""
+    flavour = flavours.get(cfg.flavour)
     return CostModel(
         model,
         hw,
@@ -36,7 +37,9 @@ def build_cost(cfg: Config, model: ModelSpec, hw: Hardware, cap: Capacity) -> Co
         cap.kv_bytes_per_token,
         cfg.cuda_graph,
         cfg.cuda_graph_max_bs,
-        graph_covers_mixed=flavours.get(cfg.flavour).graph_covers_mixed,
+        graph_covers_mixed=flavour.graph_covers_mixed,
+        engine=catalog.load_engine_costs(cfg.flavour),
+        prefill_graph_max_tokens=flavour.prefill_graph_max_tokens(cfg),
     )
 
 

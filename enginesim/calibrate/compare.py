@@ -17,18 +17,17 @@ from typing import Any
 from .. import catalog, hwprofile
 from ..costmodel import CostModel
 
-# The scheduler's CPU costs are an engine's, not the GPU's: the measurement has no engine around it.
-NO_ENGINE_CPU = {"step_cpu": 0.0, "per_request_cpu": 0.0}
+# The scheduler's CPU costs are an engine's (data/engines.json), not the GPU's: the measurement has no
+# engine around it. The "with sched. CPU" columns add SGLang's.
+ENGINE = "sglang"
 
 
-def _hardware(key: str, override: dict[str, Any] | None, engine_cpu: bool) -> catalog.Hardware:
-    hw = catalog.load_hardware(key, override)
-    if not engine_cpu:
-        hw.overheads = {**hw.overheads, **NO_ENGINE_CPU}
-    return hw
-
-
-def price(model: catalog.ModelSpec, hw: catalog.Hardware, row: dict[str, Any]) -> float:
+def price(
+    model: catalog.ModelSpec,
+    hw: catalog.Hardware,
+    row: dict[str, Any],
+    engine: dict[str, float] | None = None,
+) -> float:
     """Seconds the cost model gives the measured step `row` (tp 1, bf16 KV)."""
     decode = "batch" in row and "prompt_tokens" not in row
     cm = CostModel(
@@ -41,6 +40,7 @@ def price(model: catalog.ModelSpec, hw: catalog.Hardware, row: dict[str, Any]) -
         cuda_graph=bool(row.get("cuda_graph")) and decode,
         graph_max_bs=max(256, row.get("batch", 1)),
         graph_covers_mixed=False,
+        engine=engine,
     )
     if decode:
         b = row["batch"]
@@ -60,11 +60,13 @@ def table(
     """One record per measured step: its measured medians and four predictions (stock or measured
     profile, each with and without the scheduler's CPU cost)."""
     prof = hwprofile.validate(profile_doc)
+    eng = catalog.load_engine_costs(ENGINE)
+    stock_hw, prof_hw = catalog.load_hardware(stock), catalog.load_hardware("custom", prof)
     hws = {
-        "stock": _hardware(stock, None, True),
-        "stock_gpu": _hardware(stock, None, False),
-        "profile": _hardware("custom", prof, True),
-        "profile_gpu": _hardware("custom", prof, False),
+        "stock": (stock_hw, eng),
+        "stock_gpu": (stock_hw, None),
+        "profile": (prof_hw, eng),
+        "profile_gpu": (prof_hw, None),
     }
     out = []
     for raw in raws:
@@ -84,8 +86,8 @@ def table(
                 "measured_s": r["median_s"],
                 "measured_wall_s": (r.get("wall_synced") or {}).get("median_s"),
             }
-            for k, hw in hws.items():
-                rec[k + "_s"] = price(spec, hw, r)
+            for k, (hw, engine) in hws.items():
+                rec[k + "_s"] = price(spec, hw, r, engine)
             out.append(rec)
     return out
 

@@ -59,6 +59,10 @@ class Flavour:
     def capacity(self, cfg: Config, model: ModelSpec, hw: Hardware) -> Capacity:
         raise NotImplementedError
 
+    def prefill_graph_max_tokens(self, cfg: Config) -> int:
+        """Steps with prefill tokens up to this many run under piecewise CUDA graphs (0: eager)."""
+        return 0
+
     def mem_fraction(self, cfg: Config) -> float:
         """The memory fraction /server_info reports (the flag, else the engine's default)."""
         raise NotImplementedError

@@ -208,6 +208,25 @@ class SGLang(Flavour):
             raw=vars(ns),
         )
 
+    def prefill_graph_max_tokens(self, cfg: Config) -> int:
+        """Extend (prefill and mixed) batches under prefill CUDA graphs, by version.
+
+        0.5.6 runs them eagerly (piecewise prefill graphs were opt-in through a flag enginesim does not
+        take, sgl-project/sglang PR #10062). From the CUDA-graph runner refactor (PR #23906; RFC #23004:
+        "enable breakable cuda graph for prefill by default") prefill has its own backend, breakable by
+        default, captured in token buckets up to --cuda-graph-max-bs-prefill (else the chunk size);
+        `--cuda-graph-backend-prefill disabled` runs prefill eagerly. --disable-cuda-graph turns off the
+        decode graphs only (a maintainer's reading in PR #25795), so it leaves prefill graphs alone.
+        """
+        raw = cfg.raw
+        if "cuda_graph_backend_prefill" not in raw or raw["cuda_graph_backend_prefill"] == "disabled":
+            return 0
+        if raw.get("cuda_graph_max_bs_prefill"):
+            return int(raw["cuda_graph_max_bs_prefill"])
+        if raw.get("cuda_graph_bs_prefill"):
+            return max(raw["cuda_graph_bs_prefill"])
+        return cfg.chunk or cfg.max_prefill_tokens or 8192
+
     # ---- KV capacity ----------------------------------------------------------------------------------
     def capacity(self, cfg: Config, model: ModelSpec, hw: Hardware) -> Capacity:
         """tokens = (mem x mem_fraction_static - weights/tp) / bytes per token, capped by

@@ -167,6 +167,13 @@ class VLLM(Flavour):
         )
 
     # ---- KV capacity ----------------------------------------------------------------------------------
+    def prefill_graph_max_tokens(self, cfg: Config) -> int:
+        """V1's default cudagraph mode FULL_AND_PIECEWISE: uniform decode replays full graphs, steps with
+        prefill tokens replay piecewise graphs (attention eager between the torch.compile pieces) up to
+        the largest capture size; larger steps run the compiled code without graphs (priced eager here,
+        an upper bound). --enforce-eager turns both off (docs.vllm.ai, design/cuda_graphs)."""
+        return cfg.cuda_graph_max_bs if cfg.cuda_graph else 0
+
     def capacity(self, cfg: Config, model: ModelSpec, hw: Hardware) -> Capacity:
         """kv = mem x gpu_memory_utilization - weights - activation peak of a max_num_batched_tokens
         profile run; blocks of --block-size tokens; refuses to start when one max-length request does

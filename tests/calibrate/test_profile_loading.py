@@ -94,7 +94,7 @@ def test_cpu_profile_is_refused_unless_allowed(tmp_path: Path, measured_dir: Pat
         (lambda d: d["profile"].update(gpus_per_node=0), "profile.gpus_per_node=0"),
         (lambda d: d["profile"].pop("mem_bytes"), "profile.mem_bytes=None"),
         (lambda d: d["profile"]["overheads_s"].update(graph_replay=-1e-6), "overheads_s.graph_replay=-1e-06"),
-        (lambda d: d["profile"]["overheads_s"].pop("step_cpu"), "overheads_s.step_cpu=None"),
+        (lambda d: d["profile"]["overheads_s"].pop("kernel_launch"), "overheads_s.kernel_launch=None"),
         (lambda d: d["profile"].update(key=""), "profile.key=''"),
     ],
 )
@@ -150,7 +150,7 @@ def test_validate_accepts_exactly_what_build_writes() -> None:
     assert prof["eff_memory"] == pytest.approx(4.0e12 / 4.8e12)
     assert prof["overheads_s"]["graph_replay"] == pytest.approx(7e-6)
     assert prof["overheads_s"]["kernel_launch"] == 5e-6
-    assert "overheads_s.step_cpu" in doc["from_base"]["fields"]
+    assert "overheads_s.kernel_floor" in doc["from_base"]["fields"]
     assert "intra_node_bw" in doc["from_base"]["fields"]
     # the same raw against a slower datasheet: bandwidth 2x the A100's is not an efficiency
     with pytest.raises(hwprofile.ProfileError, match=r"profile.eff_memory=1\.9"):
