@@ -96,13 +96,15 @@ class CostModel:
         self.ar_bw = (hw.inter_node_bw if cross_node else hw.intra_node_bw / 2) * hw.eff_network
         self.ar_lat = ov["allreduce_latency_inter" if cross_node else "allreduce_latency_intra"]
 
-    def intake(self, prompt_tokens: int) -> float:
+    def intake(self, prompt_tokens: int, text: bool) -> float:
         """Seconds from a request's send to the scheduler seeing it (HTTP, tokenisation, hand-over).
 
         A latency, not step time: the engines do it in another process (SGLang's tokenizer manager,
-        vLLM's API server) while the GPU keeps stepping the running batch.
+        vLLM's API server) while the GPU keeps stepping the running batch. Only a prompt sent as text
+        is tokenised: one sent as token ids (SGLang `input_ids`, an OpenAI prompt of ints, as loadgen
+        sends) pays the fixed part alone.
         """
-        return self.intake_fixed + self.intake_per_token * prompt_tokens
+        return self.intake_fixed + (self.intake_per_token * prompt_tokens if text else 0.0)
 
     def weight_bytes(self, tokens: int) -> float:
         if not self.expert_bytes:

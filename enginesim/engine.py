@@ -65,8 +65,9 @@ class Engine(Scheduler):
 
     def submit_after_intake(self, r: Req) -> None:
         """The request reaches the scheduler the engine's intake latency after it arrived (HTTP,
-        tokenisation, hand-over: another process in the real engines), as the replay has it."""
-        delay = self.cost.intake(len(r.ctx)) * self.scale
+        tokenisation of a text prompt, hand-over: another process in the real engines), as the replay
+        has it."""
+        delay = self.cost.intake(len(r.ctx), r.text_prompt) * self.scale
         if delay <= 0:
             self.submit(r)
             return

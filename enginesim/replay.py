@@ -49,6 +49,9 @@ class Workload:
     # extra requests outside the client's concurrency and figures (the A/B's injection, sent by its own
     # client): (isl, osl, emulated send time)
     inject: tuple[tuple[int, int, float], ...] = ()
+    # how the client sends prompts: "ids" (loadgen's default) skips the engine's tokenisation, "text"
+    # (the public benchmark clients) pays it in the intake latency
+    prompt_format: str = "ids"
 
 
 class _Record:
@@ -95,7 +98,7 @@ class _Sink:
 
 
 class _Client:
-    def __init__(self, w: Workload, vocab: int, intake: Callable[[int], float]) -> None:
+    def __init__(self, w: Workload, vocab: int, intake: Callable[[int, bool], float]) -> None:
         self.w = w
         self.intake = intake  # send -> the scheduler sees the request (the engine's intake latency)
         self.arrivals: list[tuple[float, int, Req]] = []  # (arrival, order, request): sent, not arrived
@@ -142,7 +145,7 @@ class _Client:
 
     def _send(self, sched: Scheduler, r: Req, send: float) -> None:
         """The request reaches the scheduler `intake` after its send (at once when that is zero)."""
-        at = send + self.intake(len(r.ctx))
+        at = send + self.intake(len(r.ctx), r.text_prompt)
         self.sent += 1
         heapq.heappush(self.arrivals, (at, self.sent, r))
         self.deliver(sched, self.now)
@@ -163,7 +166,14 @@ class _Client:
             self.now = rec.send
             self._send(
                 sched,
-                Req(f"replay-extra-{-rec.index}", self._ids(isl), osl, True, _Sink(self, rec)),
+                Req(
+                    f"replay-extra-{-rec.index}",
+                    self._ids(isl),
+                    osl,
+                    True,
+                    _Sink(self, rec),
+                    text_prompt=self.w.prompt_format == "text",
+                ),
                 rec.send,
             )
             self.now = saved
@@ -181,7 +191,14 @@ class _Client:
             rec.send = max(rec.due, self.now)
             saved = self.now
             self.now = rec.send
-            r = Req(f"replay-{rec.index}", self.prompt(rec.index), self.w.osl, True, _Sink(self, rec))
+            r = Req(
+                f"replay-{rec.index}",
+                self.prompt(rec.index),
+                self.w.osl,
+                True,
+                _Sink(self, rec),
+                text_prompt=self.w.prompt_format == "text",
+            )
             self._send(sched, r, rec.send)
             self.now = saved
             self.in_flight += 1
@@ -241,6 +258,7 @@ def run(cfg: cli.Config, w: Workload) -> dict[str, Any]:
         ]
     events = res["enginesim_replay"]["events"]
     res["enginesim_replay"]["mean_out_len"] = client.out_sum / events if events else 0.0
+    res["enginesim_replay"]["prompt_format"] = w.prompt_format  # ids: no tokenisation in the intake
     return res
 
 
@@ -425,13 +443,14 @@ def workload_parser() -> argparse.ArgumentParser:
     a("--seed", type=int, default=1)
     a("--shared-prefix", type=_shared, default=None, metavar="GROUPS:PREFIX_LEN")
     a("--inject", type=_inject, action="append", default=[], metavar="ISL:OSL@SECONDS")
+    a("--prompt-format", choices=("ids", "text"), default="ids")
     return p
 
 
 USAGE = (
     "usage: python -m enginesim replay {sglang <flags> | vllm serve <model> <flags>} --isl N --osl N "
     "[--concurrency N] --num-prompts N [--request-rate R] [--seed S] [--shared-prefix GROUPS:PREFIX_LEN] "
-    "[--inject ISL:OSL@SECONDS]...\n"
+    "[--inject ISL:OSL@SECONDS]... [--prompt-format ids|text]\n"
 )
 
 
@@ -456,6 +475,7 @@ def parse(argv: list[str]) -> tuple[cli.Config, Workload]:
         groups,
         plen,
         tuple(ns.inject),
+        ns.prompt_format,
     )
     return cfg, w
 

@@ -122,7 +122,15 @@ class NativeRoutes:
         rid = str(obj.get("rid") or uuid.uuid4().hex)
         stream = bool(obj.get("stream", False))
         sink = SglSink(self, conn, rid, stream)
-        r = Req(rid, prompt, max_new, bool(sp.get("ignore_eos", False)), sink, self._stop_ids(sp))
+        r = Req(
+            rid,
+            prompt,
+            max_new,
+            bool(sp.get("ignore_eos", False)),
+            sink,
+            self._stop_ids(sp),
+            text_prompt=text is not None,
+        )
         return self._submit(r, conn, sink, stream)
 
     def meta(self, r: Req, finished: bool) -> dict[str, Any]:

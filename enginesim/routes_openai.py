@@ -76,7 +76,15 @@ class OpenAIRoutes:
         max_new, stream = self._oai_common(obj, prompt, 16)
         rid = str(obj.get("rid") or "cmpl-" + uuid.uuid4().hex)
         sink = OaiSink(self, conn, rid, stream, chat=False, obj=obj)
-        r = Req(rid, prompt, max_new, bool(obj.get("ignore_eos", False)), sink, self._stop_ids(obj))
+        r = Req(
+            rid,
+            prompt,
+            max_new,
+            bool(obj.get("ignore_eos", False)),
+            sink,
+            self._stop_ids(obj),
+            text_prompt=isinstance(p, str),
+        )
         return self._submit(r, conn, sink, stream)
 
     def _chat_prompt(self, obj: dict[str, Any]) -> list[int]:
@@ -102,7 +110,15 @@ class OpenAIRoutes:
         max_new, stream = self._oai_common(obj, prompt, None)
         rid = "chatcmpl-" + uuid.uuid4().hex
         sink = OaiSink(self, conn, rid, stream, chat=True, obj=obj)
-        r = Req(rid, prompt, max_new, bool(obj.get("ignore_eos", False)), sink, self._stop_ids(obj))
+        r = Req(
+            rid,
+            prompt,
+            max_new,
+            bool(obj.get("ignore_eos", False)),
+            sink,
+            self._stop_ids(obj),
+            text_prompt=True,  # chat messages are text: the engine applies the template and tokenises
+        )
         return self._submit(r, conn, sink, stream)
 
     def tokenize(self, req: Request, conn: Conn) -> Response:

@@ -84,6 +84,7 @@ class Req:
         "rid",
         "sink",
         "stop_ids",
+        "text_prompt",
         "verify_ct",
     )
 
@@ -96,8 +97,10 @@ class Req:
         sink: Sink,
         stop_ids: frozenset[int] = frozenset(),
         health: bool = False,
+        text_prompt: bool = False,
     ) -> None:
         self.rid = rid
+        self.text_prompt = text_prompt  # arrived as text: the engine tokenised it (intake pays for that)
         self.ctx = list(prompt)
         self.prompt_len = len(prompt)
         self.max_new = max_new

@@ -54,6 +54,8 @@ def replay_argv(row: dict[str, Any]) -> list[str]:
         argv += ["--concurrency", str(w["concurrency"])]
     if w.get("request_rate"):
         argv += ["--request-rate", str(w["request_rate"])]
+    # the public benchmark clients send text, which the engine tokenises (loadgen sends token ids)
+    argv += ["--prompt-format", w.get("prompt_format", "text")]
     return argv
 
 

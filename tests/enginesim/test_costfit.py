@@ -114,14 +114,14 @@ def test_engine_costs_come_from_the_engine_profile() -> None:
     costs = {e: catalog.load_engine_costs(e) for e in ("sglang", "vllm")}
     assert sgl.step_cpu == costs["sglang"]["step_cpu"] + costs["sglang"]["sampling"]
     assert vll.step_cpu == costs["vllm"]["step_cpu"] + costs["vllm"]["sampling"]
-    assert vll.intake(1000) == pytest.approx(
+    assert vll.intake(1000, True) == pytest.approx(
         costs["vllm"]["intake"] + 1000 * costs["vllm"]["intake_per_token"]
     )
     model = catalog.load_model("Qwen/Qwen3-0.6B")
     bare = CostModel(
         model, catalog.load_hardware("h200"), 1, 1, 1, model.kv_bytes_per_token(2, 1), True, 256, False
     )
-    assert bare.intake(1000) == 0.0
+    assert bare.intake(1000, True) == 0.0
     dressed = CostModel(
         model, catalog.load_hardware("h200"), 1, 1, 1, model.kv_bytes_per_token(2, 1), True, 256, False,
         engine=costs["sglang"],
@@ -197,8 +197,8 @@ def test_a_cached_2k_prefix_lowers_ttft_by_the_prefill_it_saves() -> None:
     by = {(r["prefix_tokens"], r["new_tokens"]): r for r in _measured_overlap()}
     measured = by[(0, 2048)]["graph_gpu_s"] / by[(2048, 32)]["graph_gpu_s"]
     assert 0.7 * measured <= gpu_ratio <= 1.3 * measured, (gpu_ratio, measured)
-    ttft_uncached = c.intake(2079) + uncached.total
-    ttft_cached = c.intake(2079) + cached.total
+    ttft_uncached = c.intake(2079, True) + uncached.total
+    ttft_cached = c.intake(2079, True) + cached.total
     assert 0.6 <= ttft_cached / ttft_uncached <= 0.85, (ttft_cached, ttft_uncached)
     # the part of intake that grows with the prompt is tokenisation at a measured rate (1.5 us), not a
     # fitted dump for prefill work (the first fit's 3.64 us per token was the prefill it could not see)

@@ -52,9 +52,9 @@ def test_replay_speaks_loadgen_keys_and_definitions() -> None:
     model = catalog.load_model(cfg.model_path)
     hw = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override)
     cost = scheduler.build_cost(cfg, model, hw, compute(cfg, model, hw))
-    assert cost.intake(512) > 0
+    assert cost.intake(512, False) > 0
     assert res["median_ttft_ms"] == pytest.approx(
-        (cost.intake(512) + cost.step([(512, 0)], 0, 0, 0).total) * 1e3
+        (cost.intake(512, False) + cost.step([(512, 0)], 0, 0, 0).total) * 1e3
     )
     steps = [cost.step([], 1, 1, 512 + k).total * 1e3 for k in range(63)]
     assert res["mean_itl_ms"] == pytest.approx(sum(steps) / len(steps))
@@ -90,3 +90,35 @@ def test_live_engine_and_replay_share_one_scheduler() -> None:
     assert issubclass(engine.Engine, scheduler.Scheduler) and replay.Scheduler is scheduler.Scheduler
     for name in ("plan", "sgl_plan", "vllm_plan", "apply", "submit", "abort"):
         assert name not in vars(engine.Engine), name
+
+
+def _ttft_ms(args: list[str]) -> float:
+    cp = _replay(args)
+    assert cp.returncode == 0, cp.stderr
+    return json.loads(cp.stdout)["median_ttft_ms"]
+
+
+def test_replay_charges_tokenisation_only_to_text_prompts() -> None:
+    """loadgen sends token ids, which an engine does not tokenise: the replay's default (ids) leaves the
+    per-token intake out; `--prompt-format text` (the public clients) keeps it."""
+    work = ["--isl", "4096", "--osl", "1", "--concurrency", "1", "--num-prompts", "3"]
+    cost = _sgl_cost()
+    ids = _ttft_ms([*SGL, *work])
+    text = _ttft_ms([*SGL, *work, "--prompt-format", "text"])
+    assert ids == pytest.approx(_ttft_ms([*SGL, *work, "--prompt-format", "ids"]))
+    assert text - ids == pytest.approx(cost.intake_per_token * 4096 * 1e3, rel=1e-6)
+    # cold_prefill_4k as loadgen sends it: the fixed intake and the prefill step, no tokenisation
+    prefill = cost.step([(4096, 0)], 0, 0, 0).total
+    assert ids == pytest.approx((cost.intake_fixed + prefill) * 1e3)
+
+
+def test_replay_refuses_an_unknown_prompt_format() -> None:
+    cp = _replay([*SGL, "--isl", "8", "--osl", "1", "--num-prompts", "1", "--prompt-format", "bytes"])
+    assert cp.returncode == 2 and "--prompt-format" in cp.stderr and "'bytes'" in cp.stderr, cp.stderr
+
+
+def _sgl_cost() -> engine.CostModel:
+    cfg = cli.parse(SGL, {})
+    model = catalog.load_model(cfg.model_path)
+    hw = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override)
+    return scheduler.build_cost(cfg, model, hw, compute(cfg, model, hw))
