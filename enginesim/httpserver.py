@@ -38,6 +38,7 @@ def _write_out(conns: list[Conn]) -> int:
     n = 0
     for c in conns:
         c.queued = False
+        c.held = False
         out = c.out
         if out:
             if not c.closed and c.transport is not None:
@@ -100,6 +101,7 @@ class Conn(asyncio.Protocol):
         self.on_close: Callable[[], None] | None = None
         self.out: list[bytes] = []
         self.queued = False
+        self.held = False  # queued in HELD (for a step's deadline), not in PENDING
         self.close_after = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -190,16 +192,32 @@ class Conn(asyncio.Protocol):
 
     # ---- responses --------------------------------------------------------------------------------
     def _queue(self, data: bytes) -> None:
+        if HOLD[0] and self.queued and not self.held:
+            self._write_pending_now()
         self.out.append(data)
         if not self.queued:
             self.queued = True
             if HOLD[0]:
+                self.held = True
                 HELD.append(self)
                 return
             PENDING.append(self)
             if not _flush_scheduled[0]:
                 _flush_scheduled[0] = True
                 asyncio.get_running_loop().call_soon(flush_pending)
+
+    def _write_pending_now(self) -> None:
+        """A step's output for a connection that still waits in PENDING (e.g. a stream's header queued
+        as its request arrived, just before the step that answers it was planned): write what was
+        pending now and hold the step's part for its deadline. Left in PENDING, the step's output
+        would leave with the next pending flush, before the step's emulated end (a one-token answer
+        ahead of its own prefill step)."""
+        PENDING.remove(self)
+        self.queued = False
+        if self.out:
+            if not self.closed and self.transport is not None:
+                self.transport.write(b"".join(self.out))
+            self.out.clear()
 
     def send(self, resp: Response) -> None:
         if self.closed or self.transport is None:

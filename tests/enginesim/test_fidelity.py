@@ -189,3 +189,35 @@ def test_itl_p50_is_the_step_not_zero_for_half_millisecond_steps(start, tmp_path
     assert live >= 0.8 * ref["median_itl_ms"], why
     if case["verdict"] is None or case["verdict"]["verdict"] != "saturated":
         assert live == pytest.approx(ref["median_itl_ms"], rel=0.2), why
+
+
+def test_one_token_injection_is_answered_after_its_prefill_step_as_in_the_replay(
+    start, tmp_path: Path
+) -> None:
+    """The chunk_interference lab (chunk 8192, scale 10): a 256/256 stream at C=1 and a 7,168-token
+    prompt with one output token sent mid-stream. The injection finishes in its one prefill step while
+    the stream decodes; its answer must leave at that step's end (TTFT = the replay's), not with the
+    write that was pending when the step began (which once gave 1.5 ms for a 25 ms step)."""
+    scale = 10.0
+    args = [*FLAGS, "--chunked-prefill-size", "8192"]
+    srv = start(args, env={"ENGINESIM_TIME_SCALE": str(scale)})
+    data = tmp_path / "stream_and_injection.jsonl"
+    lines = [{"prompt": [300 + i % 900 for i in range(256)], "output_len": 256},
+             {"prompt": [1300 + (7 * i) % 20000 for i in range(7168)], "output_len": 1}]  # fmt: skip
+    data.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "bench.json"
+    subprocess.run(
+        [sys.executable, "-m", "loadgen", "--backend", "sglang", "--base-url", srv.url,
+         "--tokenizer", "server", "--dataset-name", "jsonl", "--dataset-path", str(data),
+         "--num-prompts", "2", "--max-concurrency", "2", "--warmup-requests", "0", "--seed", "2",
+         "--output-file", str(out), "--output-details", "--arrival", "constant", "--flush-cache",
+         "--request-rate", "10.442445"],
+        cwd=REPO, check=True, capture_output=True, timeout=300, env={**os.environ, "LC_ALL": "C.UTF-8"},
+    )  # fmt: skip
+    reqs = {r["input_tokens"]: r for r in json.loads(out.read_text())["requests"]}
+    stream, inj = reqs[256], reqs[7168]
+    assert inj["success"] and inj["output_tokens"] == 1, inj
+    at = (inj["send_s"] - stream["send_s"]) / scale  # emulated seconds after the stream's send
+    ref = replay([*args, "--inject", f"7168:1@{at:.6f}"], 256, 256, 1, 1)["injected"][0]["ttft_ms"]
+    live = inj["ttft_ms"] / scale
+    assert live == pytest.approx(ref, rel=0.15), (live, ref)
