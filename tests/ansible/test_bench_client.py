@@ -10,13 +10,14 @@ anything starts.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from benchmarks.truthserver import tokdir
 
-from .runner import REPO, read_json, run_cli
+from .runner import REPO, VENV_BIN, ansible_env, read_json, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +60,10 @@ def test_the_real_sglang_client_runs_each_case_beside_loadgen(run_env: dict, cho
     result = json.loads(line)
     assert result["backend"] == "sglang" and result["completed"] == 1 and result["output_lens"] == [1024]
     assert read_json(case / "meta.json")["status"] == "completed"
+    # The client's own --help and version, cached in the run dir by preflight.
+    cached = [read_json(f) for f in (run_dir / "bench" / "client_help").glob("*.json")]
+    assert len(cached) == 1 and "--random-input-len" in cached[0]["help"], cached
+    assert "Version: 0.5.6" in cached[0]["version_output"]
     report = (run_dir / "report.md").read_text()
     section = report.split("## Reference client side by side", 1)[1].split("\n## ", 1)[0]
     assert "### short_decode_c1 rep1: loadgen vs sglang" in section
@@ -96,3 +101,45 @@ def test_preflight_refuses_a_reference_client_without_a_local_tokenizer(run_env:
     res = run_cli(ev, "--tags", "fixed")
     assert res.rc != 0
     assert 'bench_reference_tokenizer="server"' in res.output, res.output[-3000:]
+
+
+RUN = {"case_id": "c", "suite": "fixed", "rep": 1, "rel": "cases/c/rep1", "isl": 512, "osl": 64,
+       "concurrency": 8, "num_prompts": 32, "warmup": 2, "stage": "short_decode"}  # fmt: skip
+COMMON = ["--base-url", "http://10.0.0.1:30000", "--model", "served-m", "--tokenizer", "/tok dir",
+          "--num-prompts", "32", "--max-concurrency", "8", "--request-rate", "inf", "--seed", "7",
+          "--disable-tqdm"]  # fmt: skip
+
+
+def _render(tmp: Path, client: str, **extra: object) -> list[str]:
+    """reference_args.j2 through the roles' own template lookup, with the role defaults loaded."""
+    out = tmp / f"out-{client}"
+    out.mkdir()
+    ev = {
+        "render_out": str(out),
+        "render_templates": [{"src": str(REPO / "roles/bench/templates/reference_args.j2"), "name": "args"}],
+        "bench_run": RUN, "bench_client": client, "engine_name": "sglang", "engine_model_path": "/models/m",
+        "engine_served_model_name": "served-m", "bench_server_host": "10.0.0.1", "bench_seed": 7,
+        "bench_reference_tokenizer": "/tok dir", "quickmap_node_results_dir": "/r",
+        "quickmap_results_dir": "/r",
+        "quickmap_run_id": "x",
+        **extra,
+    }  # fmt: skip
+    (tmp / f"ev-{client}.json").write_text(json.dumps(ev))
+    cmd = [str(VENV_BIN / "ansible-playbook"), str(REPO / "tests/security/render_templates.yml"),
+           "-e", f"@{tmp / f'ev-{client}.json'}"]  # fmt: skip
+    p = subprocess.run(cmd, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:]
+    return json.loads((out / "args").read_text())
+
+
+def test_both_clients_render_the_same_workload_flag_by_flag(tmp_path: Path) -> None:
+    sglang = _render(tmp_path, "sglang")
+    assert sglang == ["--backend", "sglang", *COMMON, "--dataset-name", "random-ids",
+                      "--random-input-len", "512", "--random-output-len", "64", "--random-range-ratio", "1.0",
+                      "--warmup-requests", "2", "--output-file", "bench_sglang.jsonl", "--output-details",
+                      "--flush-cache"]  # fmt: skip
+    vllm = _render(tmp_path, "vllm")
+    assert vllm == ["--backend", "vllm", *COMMON, "--dataset-name", "random",
+                    "--random-input-len", "512", "--random-output-len", "64", "--random-range-ratio", "0",
+                    "--ignore-eos", "--num-warmups", "2", "--save-result", "--save-detailed",
+                    "--result-dir", ".", "--result-filename", "bench_vllm.json"]  # fmt: skip
