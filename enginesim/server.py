@@ -15,7 +15,19 @@ import socket
 import sys
 from typing import Any
 
-from . import api, capacity, catalog, cli, cluster, disagg, flavours, nccl, profiling, quantization
+from . import (
+    api,
+    capacity,
+    catalog,
+    cli,
+    cluster,
+    disagg,
+    flavours,
+    nccl,
+    profiling,
+    quantization,
+    schedproc,
+)
 from .engine import Engine
 from .flavours.base import Flavour
 from .httpserver import serve
@@ -39,6 +51,8 @@ def _startup_failure(fl: Flavour, log: Logger, message: str) -> None:
 
 def main(argv: list[str]) -> int:
     cfg = cli.parse(argv)
+    if cfg.sim.scheduler_process and not schedproc.in_child():
+        return schedproc.run_parent(argv, cfg.flavour)
     hw = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override)
     log = Logger(cfg.flavour, _tp_suffix(cfg))
     try:
