@@ -119,6 +119,9 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "bench_seed": HOSTILE,
         "bench_extra_args": [HOSTILE],
         "bench_server_host": HOSTILE,
+        "bench_cross_check": True,
+        "bench_reference_tokenizer": HOSTILE,
+        "bench_sglang_client_command": [HOSTILE, "-m", "sglang.bench_serving"],
         "bench_scrape_metrics": True,
         "bench_run": bench_run,
         "_jobs": [HOSTILE],
@@ -235,6 +238,11 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     client = by_tool["timeout"][0]
     for flag in ("--model", "--tokenizer", "--dataset-name", "--dataset-path", "--request-rate", "--seed"):
         assert client[client.index(flag) + 1] == HOSTILE, flag
+    # The reference client (bench_cross_check) after loadgen: its command and flags, one word each.
+    reference = by_tool["timeout"][1]
+    assert reference[3:6] == [HOSTILE, "-m", "sglang.bench_serving"], reference
+    for flag in ("--model", "--tokenizer", "--dataset-name", "--dataset-path", "--request-rate", "--seed"):
+        assert reference[reference.index(flag) + 1] == HOSTILE, flag
 
     # The calibration scripts (one container / one process per GPU; here the GPU index is hostile too).
     out_dir = f"{results}/r1/{HOSTILE}/localhost/gpu{HOSTILE}"
