@@ -151,6 +151,17 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "labs_client_host": HOSTILE,
         "labs_nvidia_smi": HOSTILE,
         "engine_start_result": {"pid": HOSTILE},
+        "pd_launch_engine": "sglang",
+        "pd_launch_prefill_address": HOSTILE,
+        "pd_launch_decode_address": HOSTILE,
+        "pd_launch_prefill_port": 30001,
+        "pd_launch_decode_port": 30002,
+        "pd_launch_bootstrap_port": 8998,
+        "pd_launch_router_port": 30000,
+        "pd_launch_bind_host": HOSTILE,
+        "pd_launch_server_dir": str(results / f"pd-{HOSTILE}"),
+        "pd_launch_router_command": [HOSTILE, HOSTILE],
+        "pd_launch_router_extra_args": ["--policy", HOSTILE],
     }
     out = tmp_path / "rendered"
     out.mkdir()
@@ -180,6 +191,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     (results / "r1" / "server").mkdir(parents=True)
     (results / "r1" / bench_run["rel"]).mkdir(parents=True)
     (results / "labs" / HOSTILE / f"run-{HOSTILE}").mkdir(parents=True)
+    (results / f"pd-{HOSTILE}" / "router").mkdir(parents=True)
     env = dict(
         os.environ,
         PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -216,7 +228,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     def after(argv: list[str], flag: str) -> str:
         return argv[argv.index(flag) + 1]
 
-    engine = by_tool["setsid"][0]
+    [engine] = [c["argv"] for c in seen if c["tool"] == "setsid" and c["script"] not in ("run_router.sh",)]
     assert engine[:3] == ["nohup", HOSTILE, HOSTILE]
     for flag in (
         "--model-path",
@@ -227,6 +239,12 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "--api-key",
     ):
         assert after(engine, flag) == HOSTILE, flag
+    # The P/D router (roles/pd_launch): its command, addresses and extra flags, one word each.
+    [router] = [c["argv"] for c in seen if c["script"] == "run_router.sh" and c["tool"] == "setsid"]
+    assert router[:3] == ["nohup", HOSTILE, HOSTILE], router
+    assert after(router, "--prefill") == f"http://{HOSTILE}:30001"
+    assert after(router, "--decode") == f"http://{HOSTILE}:30002"
+    assert after(router, "--host") == HOSTILE and after(router, "--policy") == HOSTILE
     docker = by_tool["docker"][0]
     for flag in ("--name", "--shm-size", "--gpus"):
         assert after(docker, flag) == HOSTILE, flag
