@@ -35,7 +35,14 @@ def _render(template: str, variables: dict[str, Any]) -> list[dict]:
 
 
 def _scenario_rows(case_ids: str | None = None) -> list[dict]:
-    cmd = [sys.executable, "-m", "analysis", "validate-scenarios", str(REPO / "scenarios" / "quick_map.tsv"), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "analysis",
+        "validate-scenarios",
+        str(REPO / "scenarios" / "quick_map.tsv"),
+        "--json",
+    ]
     if case_ids:
         cmd += ["--case-ids", case_ids]
     return json.loads(subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True).stdout)
@@ -109,7 +116,11 @@ def test_mixed_runs_equal_the_old_template(inventory: str, reps: int) -> None:
     site = _site(inventory)
     old = _render(
         "runs_mixed.j2",
-        {"mixed_decode": site["mixed_decode"], "mixed_injection": site["mixed_injection"], "mixed_repetitions": reps},
+        {
+            "mixed_decode": site["mixed_decode"],
+            "mixed_injection": site["mixed_injection"],
+            "mixed_repetitions": reps,
+        },
     )
     new = bench_plan.mixed_runs(site["mixed_decode"], site["mixed_injection"], reps, {}, 900, 10)
     assert len(old) == 3 * reps
