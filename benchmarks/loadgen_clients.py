@@ -127,6 +127,10 @@ def pct(v: list[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
+class ClientFailed(Exception):
+    """A peer client died during a run: the benchmark names it and goes on with the others."""
+
+
 @dataclass
 class Workload:
     """One benchmark case as the clients see it (SGLang native /generate unless ``backend`` says else)."""
@@ -212,8 +216,11 @@ class Clients:
         cp = subprocess.run(
             [PY, HERE, "--baseline", client, "--port", str(port), "--c", str(w.conc), "--n", str(w.n),
              "--out-len", str(w.out_len)],
-            check=True, capture_output=True, text=True, timeout=900,
+            check=False, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
+        if cp.returncode != 0:
+            tail = (cp.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            raise ClientFailed(f"{client} at C={w.conc} exited {cp.returncode}: {tail}")
         d = json.loads(cp.stdout.strip().splitlines()[-1])
         return {
             "mean_ttft": statistics.fmean(d["ttfts"]) if d["ttfts"] else NAN,

@@ -111,6 +111,7 @@ if LoadScopeScheduling is not None:
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 
+    @pytest.hookimpl(optionalhook=True)  # `pytest -p no:xdist` still starts
     def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> UnitScheduling:
         """Every `-n N` run schedules by unit (the --dist mode is not consulted)."""
         config.option.loadscopereorder = False
