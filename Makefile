@@ -10,14 +10,14 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make run ARGS="-i inventory/dual --tags mixed"
 ARGS ?=
 
-.PHONY: all venv run test lint unit system-deps zipapp bench clean role-docs
+.PHONY: all venv run test lint unit system-deps zipapp bench clean role-docs collection collection-sanity
 
 all: test
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,calibrate]'
+	$(PY) -m pip install -q -e '.[dev,calibrate,labs]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -60,13 +60,24 @@ test: $(STAMP) system-deps zipapp lint
 # (bench_loadgen exits non-zero on a missed target only with --strict, so it gets it here.)
 BENCHES := bench_analysis bench_enginesim bench_loadgen bench_orchestration bench_rig_orchestration bench_labs
 bench: $(STAMP) zipapp
-	$(PY) -m pip install -q -e '.[dev,calibrate,bench]'
+	$(PY) -m pip install -q -e '.[dev,calibrate,labs,bench]'
 	@missed=""; for b in $(BENCHES); do \
 	  strict=""; if [ $$b = bench_loadgen ]; then strict=--strict; fi; \
 	  echo "== benchmarks/$$b.py $$strict"; $(PY) benchmarks/$$b.py $$strict || missed="$$missed $$b"; \
 	done; \
 	if [ -n "$$missed" ]; then echo "make bench: every benchmark ran; missed or failed:$$missed"; exit 1; fi; \
 	echo "make bench: every benchmark ran and met its target"
+
+# The quickmap.serving collection (collection/README.md), assembled from the checkout and built by
+# ansible-galaxy into build/collection/, installed under build/collection/install (ANSIBLE_COLLECTIONS_PATH).
+collection: $(STAMP)
+	rm -rf build/collection
+	$(PY) tools/build_collection.py build/collection --install build/collection/install
+
+# ansible-test sanity on the assembled collection (log: build/collection-sanity.log). make test runs it
+# too, as tests/collection/test_sanity.py.
+collection-sanity: $(STAMP)
+	$(PY) tools/collection_sanity.py
 
 # Regenerate every role's argument_specs.yml options and README variable table from defaults/main.yml.
 role-docs: $(STAMP)

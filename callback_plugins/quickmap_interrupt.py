@@ -96,8 +96,7 @@ class CallbackModule(CallbackBase):
                 stderr=subprocess.STDOUT,
                 text=True,
             ) as child:
-                assert child.stdout is not None
-                for line in child.stdout:
+                for line in child.stdout or ():  # stdout=PIPE: always a stream
                     sys.stderr.write(line)
             sys.stderr.write(f"quickmap: stop phase of run {self._run_id} exited {child.returncode}\n")
         except KeyboardInterrupt:

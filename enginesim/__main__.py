@@ -1,5 +1,6 @@
 """`python -m enginesim sglang <flags>`, `python -m enginesim vllm serve <model> <flags>`, or
-`python -m enginesim replay <either of those> --isl N --osl N ...` (pure virtual time, no server)."""
+`python -m enginesim replay <either of those> --isl N --osl N ...` (pure virtual time, no server), or
+a P/D router: `python -m enginesim sglang_router <flags>` / `python -m enginesim vllm_proxy <flags>`."""
 
 import sys
 
@@ -8,6 +9,10 @@ if __name__ == "__main__":
         from .replay import main as replay_main
 
         sys.exit(replay_main(sys.argv[2:]))
+    if sys.argv[1:2] in (["sglang_router"], ["vllm_proxy"]):
+        from .pd_router import main as router_main
+
+        sys.exit(router_main(sys.argv[1:]))
     from .server import main
 
     sys.exit(main(sys.argv[1:]))

@@ -33,6 +33,7 @@ class SimKnobs:
     start_delay_s: float = 0.0
     hang_after: int | None = None
     seed: int = 0
+    scheduler_process: bool = False  # the engine runs in a child process titled like the engine's scheduler
 
 
 @dataclass
@@ -93,6 +94,12 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sim-start-delay-s", type=float, default=None)
     g.add_argument("--sim-hang-after", type=int, default=None)
     g.add_argument("--sim-seed", type=int, default=None)
+    g.add_argument(
+        "--sim-scheduler-process",
+        action="store_true",
+        default=None,
+        help="run the scheduler in a child process (sglang::scheduler_TP0 / VLLM::EngineCore)",
+    )
 
 
 AUTO_INITIAL_SCALE = 1.0  # the scale of an `auto` server until its first /enginesim/pace
@@ -178,6 +185,8 @@ def sim_knobs(ns: argparse.Namespace, env: dict[str, str], err: Any) -> SimKnobs
     v = pick(ns.sim_seed, "ENGINESIM_SEED", int, "an integer", lambda x: True)
     if v is not None:
         k.seed = v
+    v = pick(ns.sim_scheduler_process, "ENGINESIM_SCHEDULER_PROCESS", _bool_str, "0 or 1", lambda x: True)
+    k.scheduler_process = bool(v)
     return k
 
 

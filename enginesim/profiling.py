@@ -7,6 +7,10 @@ profiler trace; the emulator writes one with the same layout (kernel events on a
 like the real kernels) from the cost model's terms, so the same analysis reads both. Every event's
 args say `enginesim: true`: nothing here is a measured kernel time.
 
+Per step the trace also has the scheduler's CPU span (the cost model's per-step and per-request CPU
+part) on a track of its own, before the forward pass: the cost model adds it serially, so the trace
+shows no overlap of scheduling and forward pass (sched_profile's analysis reads it as such).
+
 Surfaces (as the engines have them): SGLang serves both routes always and writes
 `<dir>/<profile_id>-TP-<rank>.trace.json.gz` (dir: the request's `output_dir`, else
 SGLANG_TORCH_PROFILER_DIR, else /tmp; `num_steps` stops it by itself); vLLM serves them (POST) only
@@ -32,6 +36,10 @@ KERNELS = {
     "nccl": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
 }
 GPU_TID = 7  # the CUDA stream id torch traces usually show for the default compute stream
+SCHED_TID = 2  # the scheduler's CPU track
+# The function a real engine's scheduler spends a step's CPU scheduling in (torch profiler's Python
+# stack events name them): SGLang's `Scheduler.get_next_batch_to_run`, vLLM V1's `Scheduler.schedule`.
+SCHED_SPAN = {"sglang": "Scheduler.get_next_batch_to_run", "vllm": "Scheduler.schedule"}
 
 
 class Recorder:
@@ -72,6 +80,8 @@ class Recorder:
         gpu = max(c.compute, c.memory)
         share = gemm / (gemm + attn) if gemm + attn > 0 else 1.0
         rest = max(c.total - gpu - c.comm, 0.0)
+        # the scheduler's CPU part of the step (the cost model adds it serially: no overlap modelled)
+        sched = min(m.step_cpu + m.per_req_cpu * (dec_reqs + len(prefill)), rest)
         # Steps sit end to end on the emulated timeline (a late emulator prices steps back to back in
         # wall time); a gap remains only where the engine really waited for work.
         start = max((time.perf_counter() - self.t0) / self.scale, self.end_s)
@@ -83,6 +93,7 @@ class Recorder:
             "attention_s": gpu * (1.0 - share),
             "nccl_s": c.comm,
             "idle_s": rest,
+            "sched_s": sched,
             "tokens": tokens,
             "prefill_tokens": p_tokens,
             "decode_reqs": dec_reqs,
@@ -93,17 +104,34 @@ def chrome_trace(steps: list[dict[str, Any]], tp: int, flavour: str) -> dict[str
     """The recorded steps as a Chrome trace: per step a forward annotation and its kernels in a row."""
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"enginesim {flavour} TP{tp} rank 0"}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": SCHED_TID, "args": {"name": "scheduler (CPU)"}},
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": 1, "args": {"name": "forward pass"}},
     ]
     for i, s in enumerate(steps):
         t = s["start_s"] * 1e6
+        sched_us = s.get("sched_s", 0.0) * 1e6
         kind = "EXTEND" if s["prefill_tokens"] else "DECODE"
+        if sched_us > 0:
+            events.append(
+                {
+                    "name": SCHED_SPAN.get(flavour, "schedule"),
+                    "cat": "python_function",
+                    "ph": "X",
+                    "ts": round(t, 3),
+                    "dur": round(sched_us, 3),
+                    "pid": 0,
+                    "tid": SCHED_TID,
+                    "args": {"step": i, "enginesim": True},
+                }
+            )
+        t += sched_us  # the forward pass starts once the step is scheduled
         events.append(
             {
                 "name": f"forward {kind.lower()}",
                 "cat": "user_annotation",
                 "ph": "X",
                 "ts": round(t, 3),
-                "dur": round(s["total_s"] * 1e6, 3),
+                "dur": round(s["total_s"] * 1e6 - sched_us, 3),
                 "pid": 0,
                 "tid": 1,
                 "args": {
@@ -194,6 +222,8 @@ class Profiler:
         if not self.rec.active:
             return None
         self.rec.active = False
+        if self.flavour == "sglang":
+            self.log.line("Stop profiling...", rank=True)
         path = self._path()
         doc = chrome_trace(self.rec.steps, self.tp, self.flavour)
         try:

@@ -15,7 +15,19 @@ import socket
 import sys
 from typing import Any
 
-from . import api, capacity, catalog, cli, cluster, flavours, nccl, profiling, quantization
+from . import (
+    api,
+    capacity,
+    catalog,
+    cli,
+    cluster,
+    disagg,
+    flavours,
+    nccl,
+    profiling,
+    quantization,
+    schedproc,
+)
 from .engine import Engine
 from .flavours.base import Flavour
 from .httpserver import serve
@@ -39,6 +51,8 @@ def _startup_failure(fl: Flavour, log: Logger, message: str) -> None:
 
 def main(argv: list[str]) -> int:
     cfg = cli.parse(argv)
+    if cfg.sim.scheduler_process and not schedproc.in_child():
+        return schedproc.run_parent(argv, cfg.flavour)
     hw = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override)
     log = Logger(cfg.flavour, _tp_suffix(cfg))
     try:
@@ -87,6 +101,11 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
     except OSError as e:
         log.error(f"bind to {cfg.host}:{cfg.port} failed: {e}", rank=False)
         return 1
+    try:
+        bootstrap = await disagg.attach(app, log)
+    except OSError as e:
+        log.error(f"disaggregation bootstrap server failed to bind: {e}", rank=False)
+        return 1
     sched = asyncio.ensure_future(engine.run())
     head_server = None
     if cfg.nnodes > 1:
@@ -96,6 +115,8 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
     fl.ready_lines(cfg, log)
     engine.ready = True
     await stop.wait()
+    if bootstrap is not None:
+        bootstrap.close()
     _shut_down(fl, log, engine, server, head_server, sched)
     return 0
 

@@ -33,7 +33,7 @@ description:
     the fetch of the result and the failure classification.
   - In check mode nothing is written or run; the result says what would run.
 version_added: "0.2.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   case_dir:
     description: The case directory on the node (created when missing). The script runs from here.
@@ -114,13 +114,15 @@ options:
     default: ""
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 notes:
   - The result-file rules live in C(module_utils/bench_file.py), shared with C(bench_result).
 seealso:
-  - module: bench_result
+  - module: quickmap.serving.bench_result
 """
 
 EXAMPLES = r"""

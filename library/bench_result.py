@@ -27,7 +27,7 @@ description:
     rescue can classify the case.
   - Read-only, so it runs the same in check mode. The result always has C(changed=false).
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   path:
     description: The result file (for example C(bench.json)), or the client log holding the JSON line.
@@ -61,8 +61,10 @@ options:
     default: last
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 notes:
   - The reader lives in C(module_utils/bench_file.py) (standard library only).

@@ -14,8 +14,8 @@ description:
     Controller-side action (C(action_plugins/bench_resume.py)); this file only documents it. For each of
     O(runs) a case is kept when it is complete (meta.json C(completed) and a result file holding every
     request, the shared test of C(analysis.state.case_done)) and the fingerprint its meta.json recorded
-    equals the run's current O(runs[].fingerprint) (scenario row, server command without secrets, engine
-    and client versions, client flags). RV(ansible_facts.bench_done) lists the kept cases.
+    equals the run's current C(fingerprint) in O(runs) (scenario row, server command without secrets, engine
+    and client versions, client flags). The fact C(bench_done) (RV(ansible_facts)) lists the kept cases.
   - >-
     A completed case whose fingerprint differs fails the task with one message naming every difference
     (O(mismatch=refuse), nothing changes), or with O(mismatch=rerun) moves to C(superseded/<time>/<rel>)
@@ -23,7 +23,7 @@ description:
     kept. A meta.json that is not valid JSON is kept as C(meta.json.unreadable-<time>) and its case redone.
   - In check mode, or with O(move=false), nothing is moved or renamed.
 version_added: "0.3.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   runs:
     description: The runs of the plan, each C({rel, fingerprint}) (C(rel) is relative to the run directory).
@@ -64,8 +64,10 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 """
 

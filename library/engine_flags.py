@@ -22,7 +22,7 @@ description:
   - >-
     In check mode the commands still run (they start no server) and nothing is written.
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   engine:
     description: Engine name, for messages (sglang or vllm).
@@ -81,8 +81,10 @@ options:
     default: 600
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 """
 
@@ -120,6 +122,11 @@ known_flags:
   description: How many option spellings the help lists.
   returned: always
   type: int
+known_flag_names:
+  description: The option spellings the help lists, sorted (a lab whose variant needs a flag reads it).
+  returned: always
+  type: list
+  elements: str
 rename_map:
   description: "Renames that apply to this version, {rendered flag: spelling}."
   returned: always
@@ -270,6 +277,7 @@ def main() -> None:
         cached=cached,
         cache_file=cache_file,
         known_flags=len(known),
+        known_flag_names=sorted(known),
         rename_map=mapping,
         flags=flags,
         unknown=unknown,

@@ -28,7 +28,7 @@ description:
     O(expect_device=cpu) or V(any) it is recorded with C(state=not_gated) and RV(gated) counts only GPUs.
   - Read-only; runs the same in check mode, except that O(dest) is not written.
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   results:
     description:
@@ -61,8 +61,10 @@ options:
     type: path
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 notes:
   - The rule lives in C(module_utils/gpu_fleet.py) (pure, unit-tested).

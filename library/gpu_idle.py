@@ -23,7 +23,7 @@ description:
   - A non-zero exit of C(nvidia-smi) (driver not loaded, GPU lost) fails with its rc, stdout and stderr.
   - Read-only, so it runs the same in check mode. The result always has C(changed=false).
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   nvidia_smi:
     description:
@@ -38,8 +38,10 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 notes:
   - Put the task under a C(timeout) keyword if nvidia-smi may hang on a broken GPU.

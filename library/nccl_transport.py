@@ -40,7 +40,7 @@ description:
   - Read-only; runs the same in check mode, except that O(dest) is not written (RV(would_write) says
     where it would go).
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   logs:
     description:
@@ -111,8 +111,10 @@ options:
     type: path
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 notes:
   - The parser lives in C(module_utils/nccl_log.py) (NCCL 2.18 to HEAD line formats).

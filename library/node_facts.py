@@ -19,7 +19,7 @@ description:
     without nvidia-smi records C(gpu=null) with the reason, never invented GPUs.
   - Writes the record as JSON to O(dest) (atomically); in check mode nothing is written.
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   nvidia_smi:
     description: nvidia-smi to run (name on PATH or a path).
@@ -35,8 +35,10 @@ options:
     default: ""
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 """
 

@@ -19,7 +19,7 @@ description:
     line, so a preflight stops before anything starts.
   - Read-only, so it runs the same in check mode. The result always has C(changed=false).
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   port:
     description: The TCP port to check. Give O(port) or O(ports).
@@ -39,8 +39,10 @@ options:
     default: 1.0
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 notes:
   - Owners of sockets of other users are only visible when the module runs as root.

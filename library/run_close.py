@@ -18,7 +18,7 @@ description:
     reported, never fatal.
   - In check mode nothing is written.
 version_added: "0.3.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   run_dir:
     description: The run directory on the controller.
@@ -35,8 +35,10 @@ options:
     default: the run was interrupted while this case ran
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 """
 

@@ -38,7 +38,7 @@ description:
     start's log.
   - In check mode nothing is written, started or signalled.
 version_added: "0.3.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   state:
     description: What to do.
@@ -100,8 +100,10 @@ options:
     default: 2
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 notes:
   - Identity checks read C(/proc) (Linux).

@@ -28,7 +28,7 @@ description:
     the module fails (it cannot prove that nothing runs).
   - Read-only, so it runs the same in check mode. The result always has C(changed=false).
 version_added: "0.1.0"
-author: quickmap contributors
+author: quickmap contributors (!UNKNOWN)
 options:
   port:
     description: The server's HTTP port.
@@ -58,8 +58,10 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check mode and return a prediction of changed status without changing the target.
     support: full
   diff_mode:
+    description: Returns details on what changed (or would change in check mode) when run in diff mode.
     support: none
 """
 

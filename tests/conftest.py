@@ -67,6 +67,7 @@ SPLIT_TESTS = frozenset(
 # the full map and its checks ~6 min, each other rig test 1.5-4.5 min, the playbook files 2-5 min).
 SLOW_UNITS = (
     "tests/rig/test_rig_map.py",
+    "tests/collection/test_sanity.py",
     "tests/rig/test_rig_map.py::test_mixed_tag_runs_only_the_ab",
     "tests/rig/test_rig_calibrate.py::test_preflight_health_check_stops_the_map_before_any_server",
     "tests/rig/test_rig_map.py::test_worker_killed_mid_case_then_resume",

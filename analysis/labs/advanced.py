@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.labs import quant, tp
+from analysis.labs import quant, sched_profile, tp
 from analysis.labs.load import Variant
 from analysis.labs.verdicts import Verdict
 
@@ -29,4 +29,8 @@ class AdvancedLab:
 LABS = {
     "quant_matrix": AdvancedLab(quant.figures, quant.judge, quant.pitfalls, timed=True),
     "tp_scaling": AdvancedLab(tp.figures, tp.judge, tp.pitfalls, timed=True),
+    # rests on sample shares and trace spans, not on client-visible time
+    "sched_profile": AdvancedLab(
+        sched_profile.figures, sched_profile.judge, sched_profile.pitfalls, timed=False
+    ),
 }

@@ -19,6 +19,7 @@ LABS = (
     "ngram_spec",
     "quant_matrix",
     "tp_scaling",
+    "sched_profile",
 )
 
 GOALS = {
@@ -44,6 +45,8 @@ GOALS = {
     "throughput against the 16-bit baseline, and which kernel did the engine actually run for each?",
     "tp_scaling": "How do total and per-GPU throughput scale with the tensor-parallel size across request "
     "rates, where is each size's knee, and how much of a forward pass goes to communication?",
+    "sched_profile": "How much of the engine's scheduler process goes to scheduling as the request rate "
+    "grows, and does the scheduler's CPU work overlap the forward pass?",
 }
 
 # The engine flag words that mean "CUDA graphs off" etc. are configuration, not code: see

@@ -10,6 +10,7 @@ metrics_samples.prom, bench_cmd.txt}`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +22,32 @@ from analysis.evidence import honesty, prom, requests
 
 @dataclass
 class Run:
+    """One run's files. The /metrics scrapes are parsed when a figure first asks for them: most labs
+    read counters of a few runs only, and parsing every scrape was a third of the judge's CPU."""
+
     name: str
     workload: dict[str, Any]
     status: str  # completed | failed | missing
     reason: str | None
     result: dict[str, Any] | None
-    before: prom.Scrape | None
-    after: prom.Scrape | None
-    samples: list[prom.Scrape]
+    rdir: Path
     bench_log: str
 
     @property
     def ok(self) -> bool:
         return self.status == "completed" and self.result is not None
+
+    @cached_property
+    def before(self) -> prom.Scrape | None:
+        return prom.read(self.rdir / "metrics_before.prom")
+
+    @cached_property
+    def after(self) -> prom.Scrape | None:
+        return prom.read(self.rdir / "metrics_after.prom")
+
+    @cached_property
+    def samples(self) -> list[prom.Scrape]:
+        return prom.read_samples(self.rdir / "metrics_samples.prom")
 
     def delta(self, *names: str) -> float | None:
         return prom.delta(self.before, self.after, *names)
@@ -101,9 +115,7 @@ def _run(vdir: Path, spec: dict[str, Any]) -> Run:
         status=status,
         reason=meta.get("reason"),
         result=result,
-        before=prom.read(rdir / "metrics_before.prom"),
-        after=prom.read(rdir / "metrics_after.prom"),
-        samples=prom.read_samples(rdir / "metrics_samples.prom"),
+        rdir=rdir,
         bench_log=_text(rdir / "bench.log"),
     )
 

@@ -22,7 +22,7 @@ import orjson
 
 from analysis.atomic import write_bytes, write_json
 from analysis.errors import InputError
-from analysis.labs import quant_plan, tp_plan
+from analysis.labs import quant_plan, sched_profile_plan, tp_plan
 from analysis.labs.client_args import random_dataset
 from analysis.labs.definitions import GOALS, LABS
 
@@ -237,6 +237,7 @@ class _Runs:
         extra: list[str] | None = None,
         expect_output_len: int | None = None,
         profile: bool = False,
+        pyspy: bool = False,
     ) -> None:
         c = self.client
         argv = [
@@ -286,6 +287,7 @@ class _Runs:
                 "phase": phase,
                 "rate_from": rate_from,
                 "profile": profile,
+                "pyspy": pyspy,
             }
         )
 
@@ -530,6 +532,7 @@ _PLANNERS = {
     "ngram_spec": _plan_ngram,
     "quant_matrix": quant_plan.plan,
     "tp_scaling": tp_plan.plan,
+    "sched_profile": sched_profile_plan.plan,
 }
 
 
@@ -543,7 +546,11 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
     for key in ("python", "pyz", "backend", "base_url", "model", "tokenizer"):
         if not isinstance(cfg.get("client", {}).get(key), str) or not cfg["client"][key]:
             raise _fail(f"client.{key}", "expected a non-empty string")
-    definition = validate_definition(lab, engine, cfg.get("definition"))
+    # a variant whose switch the engine's --help lacks is left out, and the plan says so
+    gated, dropped = sched_profile_plan.gate(
+        cfg.get("definition"), cfg.get("engine_flags"), f"labs_definitions.{lab}.{engine}"
+    )
+    definition = validate_definition(lab, engine, gated)
     workload = cfg.get("workload") or {}
     if not isinstance(workload, dict):
         raise _fail(f"labs_workloads.{lab}", f"got {workload!r}, expected a mapping")
@@ -563,6 +570,7 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
         "common_args": definition["common_args"],
         "variants": variants,
         "comparisons": definition["comparisons"],
+        "dropped_variants": dropped,
         "workload": workload,
         "client": {k: v for k, v in cfg["client"].items() if k != "extra_args"},
         "thresholds": cfg.get("thresholds", {}),

@@ -11,7 +11,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import catalog, engine_versions
+from .. import catalog, disagg_flags, engine_versions
 from ..capacity import GB, Capacity, StartupOOM
 from ..cli import Config, add_sim_flags, check_dist, check_model, kv_bytes, positive, sim_knobs
 from ..metrics import (
@@ -142,6 +142,7 @@ class SGLang(Flavour):
         a("--sleep-on-idle", action="store_true")
         a("--model-loader-extra-config")
         a("--weight-version", default="default")
+        disagg_flags.add_sglang(a)
         add_sim_flags(p)
         return p
 

@@ -12,6 +12,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from .. import disagg_flags
 from ..capacity import GB, Capacity, StartupOOM
 from ..cli import Config, add_sim_flags, check_dist, check_model, kv_bytes, positive, sim_knobs
 from ..httpserver import Response
@@ -93,6 +94,7 @@ class VLLM(Flavour):
         a("--revision")
         a("--async-scheduling", action="store_true")
         a("--disable-uvicorn-access-log", action="store_true")
+        disagg_flags.add_vllm(a)
         add_sim_flags(p)
         return p
 

@@ -80,3 +80,20 @@ def test_a_two_variable_comparison_is_refused_before_anything_starts(tmp_path) -
     assert "exactly one flag differs" in proc.stdout
     assert not (tmp_path / "results" / ".state").exists()
     assert "Engine | run the server command" not in proc.stdout
+
+
+def test_a_sites_workload_override_replaces_the_default_sizes(tmp_path) -> None:
+    """labs_workload_overrides (inventory/local sets smaller sizes) replaces the named keys of a lab's
+    workload: the plan, and so the printed client commands, have exactly that many repetitions."""
+    proc = playbook(
+        tmp_path,
+        "--check",
+        "--tags",
+        "chunk_interference",
+        run_id="dry",
+        labs_workload_overrides={"chunk_interference": {"repetitions": 2}},
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:]
+    runs = re.findall(r"# quickmap lab chunk_interference, variant chunk8192, run (\w+)", out)
+    assert runs == ["probe", "rep1", "rep2"]

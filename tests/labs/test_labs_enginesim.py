@@ -62,6 +62,8 @@ def run_labs(
         "engine_name": engine,
         "run_id": run_id,
         "labs_workloads": small_workloads(),
+        # exactly the sizes above: inventory/local's smaller sizes would otherwise replace some of them
+        "labs_workload_overrides": {},
         **extra,
     }
     ev_file = tmp / f"{run_id}.json"
