@@ -84,6 +84,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "num_prompts": 1,
         "warmup": 0,
         "stage": "short_decode",
+        "timeouts": {"case_s": 60, "kill_after_s": 5, "module_s": 95, "poll_retries": 125, "task_s": 185},
     }
     hostile = {
         "engine_model_path": HOSTILE,
