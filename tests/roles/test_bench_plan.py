@@ -169,5 +169,7 @@ def test_a_reference_client_doubles_the_budget_above_the_clients() -> None:
     assert (two["case_s"], two["kill_after_s"]) == (one["case_s"], one["kill_after_s"]) == (300, 10)
     for net in ("module_s", "poll_retries", "task_s"):
         assert two[net] - one[net] == 310, net
-    [run] = bench_plan.fixed_runs([{"case_id": "c", "num_prompts": 4}], 1, clients=2)
+    [run] = bench_plan.fixed_runs(
+        [{"case_id": "c", "num_prompts": 4}], 1, timeout_s=300, kill_after_s=10, clients=2
+    )
     assert run["timeouts"] == two
