@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make run ARGS="-i inventory/dual --tags mixed"
 ARGS ?=
 
-.PHONY: all venv run test lint unit system-deps zipapp bench clean role-docs collection collection-sanity
+.PHONY: sglang-client all venv run test lint unit system-deps zipapp bench clean role-docs collection collection-sanity
 
 all: test
 
@@ -27,6 +27,11 @@ venv: $(STAMP)
 zipapp: $(STAMP)
 	$(PY) -m loadgen.build_zipapp build/loadgen.pyz
 	$(PY) -m enginesim.calibrate.zipapp build/calibrate.pyz
+
+# SGLang's own benchmark client without the engine (the sglang wheel --no-deps + its light deps) in
+# .sglang-client/: the tests that run the real reference client against enginesim use it.
+sglang-client: $(STAMP)
+	PYTHON=$(PY) bash tools/install_sglang_client.sh .sglang-client
 
 # Debian packages the multi-host test rig needs (sshd, ip). Installed only when missing, only as root.
 system-deps:
@@ -46,7 +51,7 @@ SKIP_REPORT := build/pytest-skips.json
 # Both cores: each xdist worker takes whole test files (the rig files test by test), longest first
 # (tests/conftest.py), and builds its own rig. One area: .venv/bin/pytest -q tests/<area> (no -n needed).
 PYTEST_WORKERS ?= 2
-test: $(STAMP) system-deps zipapp lint
+test: $(STAMP) system-deps zipapp sglang-client lint
 	@rm -f $(SKIP_REPORT)
 	QUICKMAP_SKIP_REPORT=$(SKIP_REPORT) $(VENV)/bin/pytest -q -ra -n $(PYTEST_WORKERS) --durations=15; rc=$$?; \
 	$(PY) .ci/check_skips.py $(SKIP_REPORT) .ci/allowed-skips.txt; gate=$$?; \

@@ -67,6 +67,10 @@ _ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 # An emulated case's evidence: the /metrics scrapes around it and the pace answer (enginesim only).
 _EMULATION_FILES = ("metrics_before.prom", "metrics_after.prom", "pace.json")
+# The reference client's files beside bench.json (bench_client / bench_cross_check); absent ones are skipped.
+_REFERENCE_FILES = tuple(
+    f"bench_{client}.{ext}" for client in ("sglang", "vllm") for ext in ("json", "jsonl", "log", "rc")
+)
 
 
 def _emulation(case_dir: Path) -> dict | None:
@@ -124,7 +128,7 @@ class ActionModule(ActionBase):
                 case_failed={"rel": label, "error_type": "INTERRUPTED", "reason": closed},
             )
         elif ran.get("passed") and not ran.get("failed"):
-            self._bring(args, [args["result_file"], *_EMULATION_FILES])
+            self._bring(args, [args["result_file"], *_EMULATION_FILES, *_REFERENCE_FILES])
             if "started_at" in ran:
                 final_meta.update(started_at=ran["started_at"], ended_at=ran["ended_at"])
             if args["min_output_fraction"] != 1.0:  # resume and summarize judge by the same rule

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from analysis import clients
+from analysis import clients, crosscheck
 from analysis.setup_record import setup_lines
 
 DEFINITIONS = """\
@@ -367,9 +367,21 @@ def _ab_section(rows: list[dict[str, Any]], ab: list[dict[str, Any]], ab_info: d
     return L
 
 
-def _footer(rows: list[dict[str, Any]], plots: list[str]) -> list[str]:
+def _cross_check_section(cross_check: dict[str, Any]) -> list[str]:
+    """loadgen beside the reference client per case; says which cases ran loadgen only."""
+    compared = cross_check.get("compared") or []
+    L = crosscheck.section(compared)
+    alone = cross_check.get("loadgen_only") or []
+    if compared and alone:
+        L += [f"Only loadgen ran (no reference client) in: {', '.join(alone)}.", ""]
+    return L
+
+
+def _footer(rows: list[dict[str, Any]], plots: list[str], more_formats: tuple[str, ...] = ()) -> list[str]:
     L = ["## Metric definitions", "", DEFINITIONS, ""]
-    client_table = clients.definitions_table(sorted({str(r.get("source_format")) for r in rows}))
+    client_table = clients.definitions_table(
+        sorted({str(r.get("source_format")) for r in rows} | set(more_formats))
+    )
     if client_table:
         L += [
             "Clients in this run, per column (`=` same definition, `≈` same quantity measured at a "
@@ -398,6 +410,7 @@ def render(
     ab_info: dict[str, Any],
     plots: list[str],
     unreadable: list[tuple[str, str]] | None = None,
+    cross_check: dict[str, Any] | None = None,
 ) -> str:
     """report.md: header, status, per-case tables, emulation evidence, the A/B, definitions and plots."""
     L = _header(run_dir, manifest, rows)
@@ -405,5 +418,7 @@ def render(
     L += _case_tables(rows, agg)
     L += _emulation_evidence(rows)
     L += _ab_section(rows, ab, ab_info)
-    L += _footer(rows, plots)
+    L += _cross_check_section(cross_check or {})
+    refs = tuple(c for comp in (cross_check or {}).get("compared", []) for c in comp["reference"])
+    L += _footer(rows, plots, refs)
     return "\n".join(L)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analysis import atomic, emulation
+from analysis import atomic, crosscheck, emulation
 from analysis.atomic import read_json_object
 from analysis.discover import Entry, discover
 from analysis.errors import InputError
@@ -497,6 +497,20 @@ def compute(run_dir: str | Path, want_requests: bool = False, warm_plots: bool =
     return out
 
 
+def _cross_check(entries: list[Entry]) -> dict[str, Any]:
+    """The fixed cases' reference-client comparisons, and the cases that ran loadgen only."""
+    compared, alone = [], []
+    for e in entries:
+        if e.suite != "fixed":
+            continue
+        comp = crosscheck.compare_case(e.dir, e.meta)
+        if comp is None:
+            alone.append(f"{e.case_id} rep{e.rep}")
+        else:
+            compared.append(comp)
+    return {"compared": compared, "loadgen_only": alone}
+
+
 def summarize_run(run_dir: str | Path) -> Summary:
     """Compute, then write summary.csv/jsonl, aggregate.csv, ab.csv, report.md and plots/."""
     out = compute(run_dir)
@@ -510,7 +524,15 @@ def summarize_run(run_dir: str | Path) -> Summary:
     for row, e_row in zip(out.rows, out.e_rows, strict=True):
         row["status_note"] = e_row["status_note"]  # a plot's note on a repetition belongs in summary.csv too
     text = report.render(
-        run_dir, out.manifest, out.e_rows, out.agg, out.ab, out.ab_info, plot_files, out.unreadable
+        run_dir,
+        out.manifest,
+        out.e_rows,
+        out.agg,
+        out.ab,
+        out.ab_info,
+        plot_files,
+        out.unreadable,
+        cross_check=_cross_check(out.entries),
     )
     atomic.write_text(run_dir / "summary.csv", _csv(out.rows, SUMMARY_COLUMNS))
     atomic.write_bytes(run_dir / "summary.jsonl", _jsonl(out.rows))

@@ -84,6 +84,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "num_prompts": 1,
         "warmup": 0,
         "stage": "short_decode",
+        "timeouts": {"case_s": 60, "kill_after_s": 5, "module_s": 95, "poll_retries": 125, "task_s": 185},
     }
     hostile = {
         "engine_model_path": HOSTILE,
@@ -119,6 +120,9 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "bench_seed": HOSTILE,
         "bench_extra_args": [HOSTILE],
         "bench_server_host": HOSTILE,
+        "bench_cross_check": True,
+        "bench_reference_tokenizer": HOSTILE,
+        "bench_sglang_client_command": [HOSTILE, "-m", "sglang.bench_serving"],
         "bench_scrape_metrics": True,
         "bench_run": bench_run,
         "_jobs": [HOSTILE],
@@ -148,6 +152,17 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "labs_client_host": HOSTILE,
         "labs_nvidia_smi": HOSTILE,
         "engine_start_result": {"pid": HOSTILE},
+        "pd_launch_engine": "sglang",
+        "pd_launch_prefill_address": HOSTILE,
+        "pd_launch_decode_address": HOSTILE,
+        "pd_launch_prefill_port": 30001,
+        "pd_launch_decode_port": 30002,
+        "pd_launch_bootstrap_port": 8998,
+        "pd_launch_router_port": 30000,
+        "pd_launch_bind_host": HOSTILE,
+        "pd_launch_server_dir": str(results / f"pd-{HOSTILE}"),
+        "pd_launch_router_command": [HOSTILE, HOSTILE],
+        "pd_launch_router_extra_args": ["--policy", HOSTILE],
     }
     out = tmp_path / "rendered"
     out.mkdir()
@@ -177,6 +192,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     (results / "r1" / "server").mkdir(parents=True)
     (results / "r1" / bench_run["rel"]).mkdir(parents=True)
     (results / "labs" / HOSTILE / f"run-{HOSTILE}").mkdir(parents=True)
+    (results / f"pd-{HOSTILE}" / "router").mkdir(parents=True)
     env = dict(
         os.environ,
         PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -213,7 +229,7 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     def after(argv: list[str], flag: str) -> str:
         return argv[argv.index(flag) + 1]
 
-    engine = by_tool["setsid"][0]
+    [engine] = [c["argv"] for c in seen if c["tool"] == "setsid" and c["script"] not in ("run_router.sh",)]
     assert engine[:3] == ["nohup", HOSTILE, HOSTILE]
     for flag in (
         "--model-path",
@@ -224,6 +240,12 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "--api-key",
     ):
         assert after(engine, flag) == HOSTILE, flag
+    # The P/D router (roles/pd_launch): its command, addresses and extra flags, one word each.
+    [router] = [c["argv"] for c in seen if c["script"] == "run_router.sh" and c["tool"] == "setsid"]
+    assert router[:3] == ["nohup", HOSTILE, HOSTILE], router
+    assert after(router, "--prefill") == f"http://{HOSTILE}:30001"
+    assert after(router, "--decode") == f"http://{HOSTILE}:30002"
+    assert after(router, "--host") == HOSTILE and after(router, "--policy") == HOSTILE
     docker = by_tool["docker"][0]
     for flag in ("--name", "--shm-size", "--gpus"):
         assert after(docker, flag) == HOSTILE, flag
@@ -235,6 +257,11 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     client = by_tool["timeout"][0]
     for flag in ("--model", "--tokenizer", "--dataset-name", "--dataset-path", "--request-rate", "--seed"):
         assert client[client.index(flag) + 1] == HOSTILE, flag
+    # The reference client (bench_cross_check) after loadgen: its command and flags, one word each.
+    reference = by_tool["timeout"][1]
+    assert reference[3:6] == [HOSTILE, "-m", "sglang.bench_serving"], reference
+    for flag in ("--model", "--tokenizer", "--dataset-name", "--dataset-path", "--request-rate", "--seed"):
+        assert reference[reference.index(flag) + 1] == HOSTILE, flag
 
     # The calibration scripts (one container / one process per GPU; here the GPU index is hostile too).
     out_dir = f"{results}/r1/{HOSTILE}/localhost/gpu{HOSTILE}"

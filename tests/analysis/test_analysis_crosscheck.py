@@ -1,0 +1,86 @@
+"""loadgen beside the reference client (issue 15 item 4): the real clients' files, read and compared.
+
+The reference files are the real SGLang bench_serving output and the vLLM bench serve files of
+tests/analysis/fixtures (README there); loadgen's side is synthetic. Nothing here invents a figure
+for a client: a client without a valid file gets a sentence, never a column.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from qm_analysis_synth import FIXTURES, loadgen_result, make_run, meta, write_json
+
+from analysis import crosscheck
+from analysis.summarize import summarize
+
+SGLANG = FIXTURES / "sglang-0.5.23_c32_details.jsonl"  # 96 prompts, 64 out, C=32
+VLLM = FIXTURES / "vllm-bench-serve_constructed_detailed.json"  # 8 prompts, one failed
+
+
+def _case(root: Path, case: str = "c32", n: int = 96, osl: int = 64) -> Path:
+    d = root / "cases" / case / "rep1"
+    write_json(d / "meta.json", meta(case, 1, num_prompts=n, osl=osl, concurrency=32))
+    write_json(d / "bench.json", loadgen_result(n=n, osl=osl, conc=32))
+    return d
+
+
+def test_both_clients_side_by_side_with_the_differing_columns_marked(tmp_path: Path) -> None:
+    d = _case(tmp_path)
+    shutil.copy(SGLANG, d / "bench_sglang.jsonl")
+    comp = crosscheck.compare_case(d, meta("c32", 1, num_prompts=96, osl=64))
+    assert comp is not None and comp["loadgen"]["ok"] and comp["reference"]["sglang"]["ok"]
+    lines = crosscheck.section([comp])
+    table = [line for line in lines if line.startswith("| ")]
+    assert table[0] == "| figure | loadgen | sglang | comparable |"
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table[1:]}
+    # SGLang's TTFT is taken before a fresh connection: printed, marked not comparable.
+    assert rows["TTFT mean ms"][3].startswith("not comparable (≈")
+    assert rows["TPOT mean ms"][3] == "yes |"
+    # The figures are the ones SGLang wrote (its mean TPOT), not recomputed from loadgen's.
+    sgl = crosscheck.read_bench(SGLANG)
+    assert rows["TPOT mean ms"][2] == f"{sgl.stats['tpot_mean_ms']:.2f}"
+    lg = crosscheck.read_bench(d / "bench.json")
+    assert rows["TPOT mean ms"][1] == f"{lg.stats['tpot_mean_ms']:.2f}"
+
+
+def test_a_reference_run_that_failed_the_case_rules_gets_no_column(tmp_path: Path) -> None:
+    d = _case(tmp_path, n=8, osl=16)
+    shutil.copy(VLLM, d / "bench_vllm.json")  # 7 of 8 completed
+    comp = crosscheck.compare_case(d, meta("c32", 1, num_prompts=8, osl=16))
+    assert comp is not None and not comp["reference"]["vllm"]["ok"]
+    text = "\n".join(crosscheck.section([comp]))
+    assert "Only loadgen has figures: vllm" in text
+    assert "| figure |" not in text
+
+
+def test_a_reference_client_that_wrote_nothing_is_named_with_its_exit_code(tmp_path: Path) -> None:
+    d = _case(tmp_path)
+    (d / "bench_sglang.log").write_text("ModuleNotFoundError: No module named 'sglang'\n")
+    (d / "bench_sglang.rc").write_text("1\n")
+    comp = crosscheck.compare_case(d, meta("c32", 1, num_prompts=96, osl=64))
+    text = "\n".join(crosscheck.section([comp]))
+    assert "sglang ran (exit 1, see bench_sglang.log) but wrote no bench_sglang.jsonl" in text
+
+
+def test_no_reference_run_no_section(tmp_path: Path) -> None:
+    assert crosscheck.compare_case(_case(tmp_path), meta("c32", 1)) is None
+
+
+def test_report_puts_both_side_by_side_and_names_the_loadgen_only_cases(tmp_path: Path) -> None:
+    run = make_run(tmp_path, reps=1)
+    d = run / "cases" / "c32" / "rep1"
+    write_json(d / "meta.json", meta("c32", 1, num_prompts=96, osl=64, concurrency=32))
+    write_json(d / "bench.json", loadgen_result(n=96, osl=64, conc=32))
+    shutil.copy(SGLANG, d / "bench_sglang.jsonl")
+    summarize(run)
+    report = (run / "report.md").read_text()
+    assert "## Reference client side by side" in report
+    assert "### c32 rep1: loadgen vs sglang" in report
+    assert "Only loadgen ran (no reference client) in: " in report and "short_c8 rep1" in report
+    # The client table under Metric definitions now has SGLang's column.
+    footer = report.split("## Metric definitions", 1)[1]
+    assert "| column | our definition | loadgen | sglang |" in footer
+    # The reference file is not a case of its own: the summary rows are loadgen's.
+    assert "bench_sglang" not in (run / "summary.csv").read_text()

@@ -1,0 +1,145 @@
+"""The reference client beside loadgen (issue 15 item 4), through quick_map.yml on inventory/local.
+
+SGLang's own `python3 -m sglang.bench_serving` (the sglang wheel's client, installed without the engine
+by `make sglang-client` into .sglang-client/) really runs against enginesim after loadgen, on the
+same workload, and the report puts both side by side. vLLM's `vllm bench serve` cannot be installed
+here (it needs vLLM and torch): preflight must refuse it, naming the client and its --help, before
+anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmarks.truthserver import tokdir
+
+from .runner import REPO, VENV_BIN, ansible_env, read_json, run_cli
+
+pytestmark = pytest.mark.slow
+
+SGLANG_CLIENT = REPO / ".sglang-client" / "venv" / "bin" / "python"
+
+
+def _sglang_ev(run_env: dict, run_id: str, **extra: object) -> dict:
+    if not SGLANG_CLIENT.is_file():
+        pytest.fail(f"{SGLANG_CLIENT} missing: run `make sglang-client` (make test does)")
+    tok = run_env["tmp"] / "tok"
+    if not tok.is_dir():
+        tokdir.build(str(tok))
+    return dict(
+        run_env["extravars"],
+        run_id=run_id,
+        case_ids="short_decode_c1",
+        bench_reference_tokenizer=str(tok),
+        bench_sglang_client_command=[str(SGLANG_CLIENT), "-m", "sglang.bench_serving"],
+        **extra,
+    )
+
+
+@pytest.mark.parametrize("choice", [{"bench_client": "sglang"}, {"bench_cross_check": True}], ids=str)
+def test_the_real_sglang_client_runs_each_case_beside_loadgen(run_env: dict, choice: dict) -> None:
+    ev = _sglang_ev(run_env, "ref", **choice)
+    res = run_cli(ev, "--tags", "fixed", timeout=600)
+    assert res.rc == 0, res.output[-4000:]
+    assert "flags checked against sglang client 0.5.6" in res.stdout, res.stdout[-3000:]
+    run_dir = run_env["results"] / "ref"
+    case = run_dir / "cases" / "short_decode_c1" / "rep1"
+    # Evidence: the exact commands (both clients), the client's own log, exit code and result file.
+    script = (case / "bench_cmd.txt").read_text()
+    assert "loadgen.pyz" in script and "-m sglang.bench_serving --backend sglang" in script
+    assert "--dataset-name random-ids --random-input-len 1024 --random-output-len 1024" in script
+    assert "--num-prompts 1 --max-concurrency 1" in script
+    assert (case / "bench_sglang.rc").read_text().strip() == "0", (case / "bench_sglang.log").read_text()[
+        -2000:
+    ]
+    line = (case / "bench_sglang.jsonl").read_text().strip().splitlines()[-1]
+    result = json.loads(line)
+    assert result["backend"] == "sglang" and result["completed"] == 1 and result["output_lens"] == [1024]
+    assert read_json(case / "meta.json")["status"] == "completed"
+    # The client's own --help and version, cached in the run dir by preflight.
+    cached = [read_json(f) for f in (run_dir / "bench" / "client_help").glob("*.json")]
+    assert len(cached) == 1 and "--random-input-len" in cached[0]["help"], cached
+    assert "Version: 0.5.6" in cached[0]["version_output"]
+    report = (run_dir / "report.md").read_text()
+    section = report.split("## Reference client side by side", 1)[1].split("\n## ", 1)[0]
+    assert "### short_decode_c1 rep1: loadgen vs sglang" in section
+    rows = {r.split(" | ")[0][2:]: r.split(" | ") for r in section.splitlines() if r.startswith("| ")}
+    assert rows["TPOT mean ms"][3] == "yes |"
+    assert rows["TTFT mean ms"][3].startswith("not comparable")
+    tpot_lg, tpot_sgl = float(rows["TPOT mean ms"][1]), float(rows["TPOT mean ms"][2])
+    assert tpot_sgl == pytest.approx(result["mean_tpot_ms"], abs=0.01)  # SGLang's own figure
+    assert tpot_lg > 0 and tpot_sgl > 0
+
+
+def test_preflight_refuses_vllm_bench_serve_when_the_runtime_cannot_run_it(run_env: dict) -> None:
+    ev = dict(
+        run_env["extravars"],
+        run_id="novllm",
+        case_ids="short_decode_c1",
+        bench_client="vllm",
+        bench_reference_tokenizer=str(Path(run_env["tmp"]) / "tok"),
+    )
+    res = run_cli(ev, "--tags", "fixed")
+    assert res.rc != 0
+    # The runtime has no vLLM: its version command (run first) or its --help fails, named.
+    assert (
+        "vllm client version command `vllm --version` exited 127" in res.output
+        or "vllm client help `vllm bench serve --help` exited" in res.output
+    ), res.output[-3000:]
+    assert not (run_env["results"] / "novllm" / "manifest.json").exists(), "refused after the run opened"
+    assert not (run_env["results"] / "novllm" / "server").exists() or not any(
+        (run_env["results"] / "novllm" / "server").glob("*.start1.log")
+    ), "a server started"
+
+
+def test_preflight_refuses_a_reference_client_without_a_local_tokenizer(run_env: dict) -> None:
+    ev = dict(run_env["extravars"], run_id="notok", case_ids="short_decode_c1", bench_cross_check=True)
+    res = run_cli(ev, "--tags", "fixed")
+    assert res.rc != 0
+    assert 'bench_reference_tokenizer="server"' in res.output, res.output[-3000:]
+
+
+RUN = {"case_id": "c", "suite": "fixed", "rep": 1, "rel": "cases/c/rep1", "isl": 512, "osl": 64,
+       "concurrency": 8, "num_prompts": 32, "warmup": 2, "stage": "short_decode"}  # fmt: skip
+COMMON = ["--base-url", "http://10.0.0.1:30000", "--model", "served-m", "--tokenizer", "/tok dir",
+          "--num-prompts", "32", "--max-concurrency", "8", "--request-rate", "inf", "--seed", "7",
+          "--disable-tqdm"]  # fmt: skip
+
+
+def _render(tmp: Path, client: str, **extra: object) -> list[str]:
+    """reference_args.j2 through the roles' own template lookup, with the role defaults loaded."""
+    out = tmp / f"out-{client}"
+    out.mkdir()
+    ev = {
+        "render_out": str(out),
+        "render_templates": [{"src": str(REPO / "roles/bench/templates/reference_args.j2"), "name": "args"}],
+        "bench_run": RUN, "bench_client": client, "engine_name": "sglang", "engine_model_path": "/models/m",
+        "engine_served_model_name": "served-m", "bench_server_host": "10.0.0.1", "bench_seed": 7,
+        "bench_reference_tokenizer": "/tok dir", "quickmap_node_results_dir": "/r",
+        "quickmap_results_dir": "/r",
+        "quickmap_run_id": "x",
+        **extra,
+    }  # fmt: skip
+    (tmp / f"ev-{client}.json").write_text(json.dumps(ev))
+    cmd = [str(VENV_BIN / "ansible-playbook"), str(REPO / "tests/security/render_templates.yml"),
+           "-e", f"@{tmp / f'ev-{client}.json'}"]  # fmt: skip
+    p = subprocess.run(cmd, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:]
+    return json.loads((out / "args").read_text())
+
+
+def test_both_clients_render_the_same_workload_flag_by_flag(tmp_path: Path) -> None:
+    sglang = _render(tmp_path, "sglang")
+    assert sglang == ["--backend", "sglang", *COMMON, "--dataset-name", "random-ids",
+                      "--random-input-len", "512", "--random-output-len", "64", "--random-range-ratio", "1.0",
+                      "--warmup-requests", "2", "--output-file", "bench_sglang.jsonl", "--output-details",
+                      "--flush-cache"]  # fmt: skip
+    vllm = _render(tmp_path, "vllm")
+    assert vllm == ["--backend", "vllm", *COMMON, "--dataset-name", "random",
+                    "--random-input-len", "512", "--random-output-len", "64", "--random-range-ratio", "0",
+                    "--ignore-eos", "--num-warmups", "2", "--save-result", "--save-detailed",
+                    "--result-dir", ".", "--result-filename", "bench_vllm.json"]  # fmt: skip
