@@ -36,7 +36,8 @@ OUTSIDE = (
 THIRD_PARTY = re.compile(r"^(tests/.+/fixtures/|[^/]+/data/measured/)(?!.*README\.md$)")
 # *.md names the project writes (not documents it points to)
 OUTPUT_DOCS = {"report.md"}
-DOC_NAME = re.compile(r"(?<![\w./-])([\w./-]*[\w-]\.md)\b")
+# A name right after ":" is part of a URL (an external page), not a document of the repository.
+DOC_NAME = re.compile(r"(?<![\w./:-])([\w./-]*[\w-]\.md)\b")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
