@@ -129,8 +129,12 @@ def _pin(pid: int) -> int:
 
 
 def test_starved_c32_at_a_fixed_scale_is_marked_saturated(start, hog, tmp_path: Path) -> None:
-    """Scale 1.0 with half a CPU: the emulator cannot keep the schedule, and the verdict says so."""
-    srv = start(FLAGS, env={"ENGINESIM_TIME_SCALE": "1.0"})
+    """Scale 0.25 with half a CPU: the emulator cannot keep the schedule, and the verdict says so.
+
+    (At 1.0 the calibrated C=32 step, 4.3 ms, sometimes fits half a CPU: the case is then honestly
+    degraded, not saturated, and the premise of this test is gone.)
+    """
+    srv = start(FLAGS, env={"ENGINESIM_TIME_SCALE": "0.25"})
     hog(_pin(srv.proc.pid))
     time.sleep(0.5)
     case = run_case(srv.url, tmp_path, 1024, 256, 32, 32)
