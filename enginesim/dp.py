@@ -543,3 +543,6 @@ class DPEngine:
                 self.wake.clear()
                 for p in self.pace:
                     p.blocked = False
+            # read what arrived meanwhile (requests, closes) before the next plans: back-to-back short
+            # steps sleep blocking and would otherwise never let the loop read its sockets
+            await asyncio.sleep(0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 
 import httpx
 import pytest
@@ -148,3 +149,23 @@ def test_live_vllm_dispatches_to_the_least_loaded_engine_each_with_its_own_kv(st
     log = srv.text()
     assert "(EngineCore_DP1 pid=" in log and "GPU KV cache size" in log
     assert any("EngineCore_DP1" in ln and "GPU KV cache size" in ln for ln in log.splitlines())
+
+
+def test_live_idle_rank_reads_its_request_while_another_rank_steps(start) -> None:
+    """One rank decodes back-to-back short steps; a request for the other rank arriving meanwhile gets
+    its first token after about one prefill step, not after the busy rank's last step."""
+    srv = start([*SGL, "--dp-size", "2"], env=REAL_TIME)
+    long_body = {"input_ids": [300] * 32, "sampling_params": {"max_new_tokens": 600, "ignore_eos": True}}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(httpx.post, srv.url + "/generate", json=long_body, timeout=60)
+        time.sleep(0.3)  # rank 0 is decoding now; round robin sends the next request to rank 1
+        t0 = time.perf_counter()
+        r = httpx.post(
+            srv.url + "/generate",
+            json={"input_ids": [301] * 1024, "sampling_params": {"max_new_tokens": 1}},
+            timeout=60,
+        )
+        short_s = time.perf_counter() - t0
+        assert r.status_code == 200 and not busy.done(), "the long request should still be decoding"
+        assert busy.result().status_code == 200
+    assert short_s < 0.25, short_s
