@@ -250,5 +250,8 @@ class App(NativeRoutes, OpenAIRoutes, SimRoutes):
         return Response(200, b"")
 
     def metrics(self, req: Request, conn: Conn) -> Response:
-        text = self.fl.exposition(self) + sim_exposition(self)
+        per_rank = getattr(self.e, "exposition", None)  # data-parallel ranks (dp.py)
+        text = (
+            per_rank(self, self.fl.exposition) if per_rank else self.fl.exposition(self)
+        ) + sim_exposition(self)
         return Response(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")

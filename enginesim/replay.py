@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import capacity, catalog, cli
+from . import capacity, catalog, cli, dp, dp_replay
 from .logs import NullLogger
 from .scheduler import Req, Scheduler, build_cost
 
@@ -214,6 +214,12 @@ def run(cfg: cli.Config, w: Workload) -> dict[str, Any]:
     if w.isl + w.osl > cap.context_len:
         raise ValueError(f"--isl {w.isl} + --osl {w.osl} exceeds the context length {cap.context_len}")
     client = _Client(w, model.vocab, cost.intake)
+    if dp.size(cfg) > 1:
+        ranks = [
+            Scheduler(cfg, model, cap, cost, NullLogger(cfg.flavour), lambda: client.now)
+            for _ in range(dp.size(cfg))
+        ]
+        return _result(client, w, dp_replay.drive(ranks, client, cost, dp.picker(cfg.flavour), w))
     sched = Scheduler(cfg, model, cap, cost, NullLogger(cfg.flavour), lambda: client.now)
     steps: list[tuple[float, int]] = []  # (emulated seconds, events) per step
     t = 0.0
@@ -244,6 +250,10 @@ def run(cfg: cli.Config, w: Workload) -> dict[str, Any]:
         steps.append((c.total, len(decode) + len(prefill)))
         t = end
         client.send_ready(sched, t)  # closed loop: finished requests' slots refill at the step's end
+    return _result(client, w, steps)
+
+
+def _result(client: _Client, w: Workload, steps: list[tuple[float, int]]) -> dict[str, Any]:
     res = summarise(w, client.records, steps)
     if client.injected:
         res["injected"] = [

@@ -22,6 +22,7 @@ from . import (
     cli,
     cluster,
     disagg,
+    dp,
     flavours,
     nccl,
     profiling,
@@ -37,6 +38,8 @@ from .tokenizer import Tokenizer
 
 
 def _tp_suffix(cfg: cli.Config) -> str:
+    if dp.size(cfg) > 1:
+        return dp.rank_suffix(cfg, 0)
     if cfg.tp == 1 and cfg.nnodes == 1:
         return ""
     local = cfg.tp // cfg.nnodes
@@ -92,7 +95,11 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
     local_ranks = max(1, cfg.tp // cfg.nnodes)
     if cfg.node_rank > 0:
         return await _worker(cfg, log, env, nccl_info, local_ranks, stop)
-    engine = Engine(cfg, model, cap, build_cost(cfg, model, hw, cap), log)
+    engine: Any = (
+        dp.DPEngine(cfg, fl, model, hw, cap, log)
+        if dp.size(cfg) > 1
+        else Engine(cfg, model, cap, build_cost(cfg, model, hw, cap), log)
+    )
     app = api.App(engine, Tokenizer(model.vocab), _server_info(cfg, fl, cap))
     profiling.attach(app, engine, cfg.flavour, cfg.tp, cfg.sim.time_scale, log, env)
     engine.on_crash = _crash_handler(fl, log, engine, loop)

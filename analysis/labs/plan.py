@@ -163,13 +163,19 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
                 w, f"baseline={a!r} treatment={b!r}: expected two different variants of {sorted(by_name)}"
             )
         va, vb = by_name[a], by_name[b]
-        if va["engine_vars"] != vb["engine_vars"]:
+        engine_diff = {
+            k: {side: None if x is None else [str(x)] for side, x in (("baseline", ea), ("treatment", eb))}
+            for k in sorted(set(va["engine_vars"]) | set(vb["engine_vars"]))
+            if (ea := va["engine_vars"].get(k)) != (eb := vb["engine_vars"].get(k))
+        }
+        # an engine setting may be part of a declared variable (TP=n vs n data-parallel replicas at TP=1)
+        if engine_diff and not set(engine_diff) <= set(c.get("flags") or []):
             raise _fail(
                 w,
                 f"{a} and {b} differ in engine settings {va['engine_vars']} vs {vb['engine_vars']} "
                 "(rule: one independent variable per comparison, and it is a flag)",
             )
-        diff = differing_flags(va["args"], vb["args"])
+        diff = differing_flags(va["args"], vb["args"]) | engine_diff
         if va.get("model") != vb.get("model"):
             # the checkpoint is part of the variable (one checkpoint per weight format)
             diff["model"] = {"baseline": va.get("model"), "treatment": vb.get("model")}

@@ -53,7 +53,13 @@ class Flavour:
         p = self.parser(version)
         # vLLM's own parser lists every option only for --help=all (plain --help shows groups).
         args = ["--help" if a == "--help=all" else a for a in argv[len(self.argv_head) :]]
-        return self.config(p, p.parse_args(args), argv, env)
+        cfg = self.config(p, p.parse_args(args), argv, env)
+        from .. import catalog, dp  # dp builds on the engine, which builds on the flavours
+
+        why = dp.check(cfg, catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override).gpus_per_node)
+        if why:
+            p.error(why)
+        return cfg
 
     # ---- KV capacity at start -----------------------------------------------------------------------
     def capacity(self, cfg: Config, model: ModelSpec, hw: Hardware) -> Capacity:

@@ -92,6 +92,7 @@ class SGLang(Flavour):
         a("--tp-size", "--tensor-parallel-size", "--tp", type=positive("tp-size"), default=1)
         a("--ep-size", "--expert-parallel-size", "--ep", type=positive("ep-size"), default=1)
         a("--dp-size", "--data-parallel-size", "--dp", type=int, default=1)
+        a("--load-balance-method", choices=["round_robin", "shortest_queue"], default="round_robin")
         a("--pp-size", "--pipeline-parallel-size", type=int, default=1)
         a("--nnodes", type=positive("nnodes"), default=1)
         a("--node-rank", type=int, default=0)

@@ -34,7 +34,7 @@ def _workloads() -> dict:
 def advlabs(request, tmp_path_factory) -> dict:
     engine = request.param
     tmp = tmp_path_factory.mktemp(f"advlabs_{engine}")
-    extra = {"labs_workloads": _workloads(), "labs_tp_sizes": [1, 2, 8]}
+    extra = {"labs_workloads": _workloads(), "labs_tp_sizes": [1, 2, 8], "labs_tp_dp_size": 2}
     if engine == "vllm":
         extra["labs_lab_engine_env"] = {"quant_matrix": {"VLLM_TEST_FORCE_FP8_MARLIN": "1"}}
     proc, labs_dir = run_labs(tmp, engine, ",".join(LABS), f"adv_{engine}", **extra)
@@ -83,7 +83,7 @@ def test_tp_scaling_efficiency_is_computed_from_the_runs_and_the_trace_shows_the
     assert ("--tp-size 8" if advlabs["engine"] == "sglang" else "--tensor-parallel-size 8") in cmd
     base = {r["rate"]: r["output_tok_s"] for r in vs["tp1"]["rates"]}
     for name, v in vs.items():
-        for row in v["rates"]:
+        for row in v["rates"] if v["dp"] == 1 else []:
             want = tp.efficiency(row["output_tok_s"], v["tp"], base[row["rate"]])
             assert doc["figures"]["efficiency"][name][str(row["rate"])] == pytest.approx(want, abs=1e-4)
         assert v["trace"]["status"] == "read", v["trace"]
@@ -92,6 +92,17 @@ def test_tp_scaling_efficiency_is_computed_from_the_runs_and_the_trace_shows_the
     shares = [vs[n]["trace"]["summary"]["shares"]["nccl"] for n in ("tp1", "tp2", "tp8")]
     assert shares[0] == 0 and 0 < shares[1] < shares[2]
     assert doc["verdict"] == "supported", doc["reason"]
+    # the DP point: two replicas at TP=1 in one server, against TP=2, its ratio computed from the runs
+    cmd = (advlabs["dir"] / "tp_scaling" / "dp2" / "server" / "localhost.start1_server_cmd.txt").read_text()
+    assert ("--dp-size 2" if advlabs["engine"] == "sglang" else "--data-parallel-size 2") in cmd
+    assert (vs["dp2"]["tp"], vs["dp2"]["dp"], vs["dp2"]["gpus"]) == (1, 2, 2)
+    point = doc["figures"]["dp_vs_tp"]["dp2"]
+    assert point["against"] == "tp2" and [r["rate"] for r in point["rates"]] == [10, 100]
+    tp2 = {r["rate"]: r["output_tok_s"] for r in vs["tp2"]["rates"]}
+    for dp_row, row in zip(vs["dp2"]["rates"], point["rates"], strict=True):
+        want = tp.dp_ratio(dp_row["output_tok_s"], tp2[row["rate"]])
+        assert row["dp_over_tp_output_tok_s"] == pytest.approx(want, abs=1e-4)
+    assert any(o.startswith("DP=2 replicas at TP=1 vs TP=2") for o in doc["observations"])
 
 
 def test_check_prints_every_format_and_every_tp_size(tmp_path) -> None:
@@ -108,4 +119,6 @@ def test_check_prints_every_format_and_every_tp_size(tmp_path) -> None:
         flag = "--tp-size" if engine == "sglang" else "--tensor-parallel-size"
         for n in DEFAULTS["labs_tp_sizes"]:
             assert f"{flag} {n}" in out
+        dp_flag = "--dp-size" if engine == "sglang" else "--data-parallel-size"
+        assert f"{dp_flag} {DEFAULTS['labs_tp_dp_size']}" in out
         assert not (tmp_path / "results" / ".state").exists()

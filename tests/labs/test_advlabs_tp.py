@@ -8,7 +8,7 @@ import json
 import sys
 
 import pytest
-from labs_helpers import DEFAULTS, REPO, config
+from labs_helpers import DEFAULTS, REPO, config, rendered
 
 sys.path.insert(0, str(REPO))
 from analysis.errors import InputError
@@ -161,3 +161,73 @@ def test_verdict_needs_rising_throughput_and_rising_communication() -> None:
     assert v.verdict == NOT_SUPPORTED and "throughput rises with TP: no" in v.reason
     assert tp.judge(_fig(_v(1, 100, 0.0), _v(2, 180, None)), [], WL, {}).verdict == INCONCLUSIVE
     assert tp.judge(_fig(_v(2, 100, 0.1), _v(4, 180, 0.2)), [], WL, {}).verdict == INCONCLUSIVE
+
+
+@pytest.mark.parametrize(("engine", "flag"), [("sglang", "--dp-size"), ("vllm", "--data-parallel-size")])
+def test_plan_adds_one_dp_point_against_tp_n_with_its_one_variable(engine, flag) -> None:
+    """The role's defaults: DP=8 (the largest TP size listed) as n replicas at TP=1, with the engine's
+    own DP flag; the comparison with TP=8 declares the split of the GPUs as its one variable."""
+    p = lab_plan.build(config("tp_scaling", engine))
+    dp = p["variants"][-1]
+    assert dp["name"] == "dp8"
+    assert dp["args"] == [flag, "8"] and dp["engine_vars"] == {"engine_tp_size": 1}
+    assert [r["name"] for r in dp["runs"]] == [r["name"] for r in p["variants"][0]["runs"]]
+    (c,) = p["comparisons"]
+    assert (c["baseline"], c["treatment"]) == ("tp8", "dp8")
+    assert c["differs"] == {
+        flag: {"baseline": None, "treatment": ["8"]},
+        "engine_tp_size": {"baseline": ["8"], "treatment": ["1"]},
+    }
+    assert "TP=8 vs DP=8" in c["variable"]
+    none = config("tp_scaling", engine, definition=rendered(
+        DEFAULTS["labs_definitions"]["tp_scaling"][engine], {**DEFAULTS, "labs_tp_dp_size": 0}
+    ))  # fmt: skip
+    p0 = lab_plan.build(none)
+    assert [v["name"] for v in p0["variants"]] == ["tp1", "tp2", "tp4", "tp8"] and p0["comparisons"] == []
+
+
+def test_plan_refuses_an_engine_setting_outside_the_declared_variable() -> None:
+    cfg = config("tp_scaling", "sglang")
+    cfg["definition"]["comparisons"][0]["flags"] = ["--dp-size"]
+    with pytest.raises(InputError, match="differ in engine settings"):
+        lab_plan.build(cfg)
+
+
+def _row(rate: float, thr: float, ttft: float, tpot: float) -> dict:
+    return {"rate": rate, "output_tok_s": thr, "ttft_p50_ms": ttft, "ttft_p99_ms": 2 * ttft,
+            "tpot_p50_ms": tpot, "tpot_p99_ms": 2 * tpot}  # fmt: skip
+
+
+def test_dp_over_tp_ratio_is_computed_per_rate_from_the_rows() -> None:
+    variants = {
+        "tp1": {"tp": 1, "dp": 1, "rates": [_row(10, 100.0, 50.0, 10.0), _row(100, 400.0, 900.0, 20.0)]},
+        "tp4": {"tp": 4, "dp": 1, "rates": [_row(10, 100.0, 20.0, 4.0), _row(100, 1000.0, 60.0, 6.0)]},
+        "dp4": {"tp": 1, "dp": 4, "rates": [_row(10, 100.0, 50.0, 10.0), _row(100, 1500.0, 80.0, 12.0)]},
+    }
+    c = tp.dp_comparison(variants)
+    assert list(c) == ["dp4"] and c["dp4"]["against"] == "tp4"
+    r10, r100 = c["dp4"]["rates"]
+    assert r10["dp_over_tp_output_tok_s"] == pytest.approx(1.0)
+    assert r100["dp_over_tp_output_tok_s"] == pytest.approx(1.5)
+    assert (r100["dp_tpot_p50_ms"], r100["tp_tpot_p50_ms"]) == (12.0, 6.0)
+    assert tp.dp_ratio(None, 3.0) is None and tp.dp_ratio(3.0, 0.0) is None
+    # the report line says who wins where, from these rows only
+    fig = {"variants": variants, "dp_vs_tp": c}
+    (line,) = tp._dp_observations(fig, WL)
+    assert "ratio DP/TP 1.0 at 10, 1.5 at 100 req/s" in line
+    assert "higher output throughput: DP at 100 req/s" in line
+    assert "lower TPOT p50: TP at 10, 100 req/s" in line
+    assert "lower TTFT p99: TP at 10, 100 req/s" in line
+    # a DP point without its TP=n says so, and it never counts as a TP size in the verdict
+    lone = tp.dp_comparison({"tp1": variants["tp1"], "dp4": variants["dp4"]})
+    assert lone["dp4"]["status"] == "no TP=4 variant to compare with"
+
+
+def test_a_dp_point_is_not_a_tp_size_in_the_verdict() -> None:
+    """dp2 runs at TP=1: read as a TP size it would make a second TP=1 (throughput not rising)."""
+    fig = _fig(_v(1, 100, 0.0), _v(2, 180, 0.05))
+    fig["variants"]["dp2"] = dict(_v(1, 200, 0.0), dp=2)
+    fig["dp_vs_tp"] = tp.dp_comparison(fig["variants"])
+    v = tp.judge(fig, [], WL, {})
+    assert v.verdict == SUPPORTED, v.reason
+    assert any(o.startswith("DP=2 replicas at TP=1 vs TP=2") for o in v.observations)
