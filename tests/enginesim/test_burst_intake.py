@@ -80,7 +80,8 @@ def _burst(eng: Engine, read_s: float) -> list[float]:
             tr = _Transport()
             conn.connection_made(tr)  # type: ignore[arg-type]
             transports.append(tr)
-            eng.submit_after_intake(Req(f"r{i}", [300 + i + k % 5000 for k in range(ISL)], 4, True, _Sink(conn)))
+            prompt = [300 + i + k for k in range(ISL)]
+            eng.submit_after_intake(Req(f"r{i}", prompt, 4, True, _Sink(conn)))
         time.sleep(read_s)
         end = time.perf_counter() + 10
         while any(tr.first is None for tr in transports) and time.perf_counter() < end:
