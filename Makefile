@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make run ARGS="-i inventory/dual --tags mixed"
 ARGS ?=
 
-.PHONY: sglang-client all venv run test lint unit system-deps zipapp bench clean role-docs collection collection-sanity
+.PHONY: sglang-client all venv run test lint unit system-deps zipapp bench clean role-docs collection collection-sanity sanity-venvs
 
 all: test
 
@@ -51,7 +51,9 @@ SKIP_REPORT := build/pytest-skips.json
 # Both cores: each xdist worker takes whole test files (the rig files test by test), longest first
 # (tests/conftest.py), and builds its own rig. One area: .venv/bin/pytest -q tests/<area> (no -n needed).
 PYTEST_WORKERS ?= 2
-test: $(STAMP) system-deps zipapp sglang-client lint
+# lint and ansible-test's sanity environments (pip, mostly one core) run side by side on the two cores.
+test: $(STAMP) system-deps zipapp sglang-client
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint sanity-venvs
 	@rm -f $(SKIP_REPORT)
 	QUICKMAP_SKIP_REPORT=$(SKIP_REPORT) $(VENV)/bin/pytest -q -ra -n $(PYTEST_WORKERS) --durations=15; rc=$$?; \
 	$(PY) .ci/check_skips.py $(SKIP_REPORT) .ci/allowed-skips.txt; gate=$$?; \
@@ -83,6 +85,18 @@ collection: $(STAMP)
 # too, as tests/collection/test_sanity.py.
 collection-sanity: $(STAMP)
 	$(PY) tools/collection_sanity.py
+
+# ansible-test's own virtual environment per sanity test (its pinned requirements, pip-installed): built
+# once by the set-up into build/ansible-test-home (`ansible-test sanity --prime-venvs`, no check runs),
+# so the test above only runs the checks. ansible-test reuses an environment while its requirements
+# match and rebuilds it when they change; the stamp lives in that HOME and goes with it. The changelog
+# check has nothing to check here (no changelogs/ in the collection) and never builds its environment.
+SANITY_VENVS_STAMP := build/ansible-test-home/.primed-stamp
+$(SANITY_VENVS_STAMP): $(STAMP)
+	$(PY) tools/collection_sanity.py --log build/collection-sanity-prime.log --prime-venvs --skip-test changelog
+	@touch $@
+
+sanity-venvs: $(SANITY_VENVS_STAMP)
 
 # Regenerate every role's argument_specs.yml options and README variable table from defaults/main.yml.
 role-docs: $(STAMP)

@@ -3,9 +3,12 @@
 A scheduling unit is a test file by default: it goes whole to one worker, in file order, and its module
 fixtures run once. The two rig files are the long pole (several minutes each): the tests in
 SPLIT_TESTS are independent runs on the worker's own rig and are units of their own; the rest of
-their file stays one unit (in test_rig_map.py, the checks that share the `full_map` run). Units are
-handed out longest first (SLOW_UNITS, then collection order), so a multi-minute unit never starts
-last and runs alone. Order inside a unit never changes.
+their file stays one unit (in test_rig_map.py, the checks that share the `full_map` run). The labs
+files in SPLIT_BY_FLAVOUR run one playbook per engine flavour in a module fixture parametrised by the
+flavour: the tests of one flavour (id `[sglang]` / `[vllm]`) are one unit, so the two flavours' runs
+(5-6 minutes each) can go to both workers; each flavour's run still happens once. Units are handed
+out longest first (SLOW_UNITS, then collection order), so a multi-minute unit never starts last and
+runs alone. Order inside a unit never changes.
 
 Skip report: Session-wide hook: with QUICKMAP_SKIP_REPORT=FILE set, every skipped test (node id and reason) is
 written to FILE as JSON when the session ends, for the skip gate (.ci/check_skips.py).
@@ -63,30 +66,61 @@ SPLIT_TESTS = frozenset(
     }
 )
 
-# Longest first, from `--durations` of `-n 2` runs on this 2-core box under load (load average 15-19:
-# the full map and its checks ~6 min, each other rig test 1.5-4.5 min, the playbook files 2-5 min).
+# Files whose module fixture runs one playbook per engine flavour (params=["sglang", "vllm"]): a test
+# whose whole id parameter is a flavour belongs to that flavour's unit; its other tests to the file's.
+SPLIT_BY_FLAVOUR = frozenset(
+    {
+        "tests/labs/test_labs_enginesim.py",
+        "tests/labs/test_advlabs_enginesim.py",
+        "tests/labs/test_sched_profile_lab.py",
+    }
+)
+FLAVOURS = ("sglang", "vllm")
+
+# Longest first, from the `--durations` of the last full `make test` (-n 2 on this 2-core box, load
+# average 2-5): each flavour's labs run 5-6 min, the rig's full map and its checks, the quick map file,
+# the collection's ansible-test sanity, the labs on the rig and the vLLM map 2.5-3 min each, the
+# quant/TP labs and the other rig runs 1.5-2.5 min. A worker takes the next unit when it has two tests
+# left: the first three units start the run. The two labs flavours (most of their time is the emulated
+# clock, run 5-10x slower than real time) start next to the rig's full map rather than each other.
 SLOW_UNITS = (
+    "tests/labs/test_labs_enginesim.py[vllm]",
     "tests/rig/test_rig_map.py",
+    "tests/labs/test_labs_enginesim.py[sglang]",
+    "tests/ansible/test_quick_map.py",
+    "tests/security/test_faults.py",
     "tests/collection/test_sanity.py",
+    "tests/labs/test_labs_rig.py",
+    "tests/ansible/test_vllm_flow.py",
+    "tests/labs/test_advlabs_enginesim.py[vllm]",
+    "tests/labs/test_advlabs_enginesim.py[sglang]",
+    "tests/rig/test_rig_map.py::test_worker_killed_mid_case_then_resume",
     "tests/rig/test_rig_map.py::test_mixed_tag_runs_only_the_ab",
     "tests/rig/test_rig_calibrate.py::test_preflight_health_check_stops_the_map_before_any_server",
-    "tests/rig/test_rig_map.py::test_worker_killed_mid_case_then_resume",
     "tests/rig/test_rig_calibrate.py::test_healthy_fleet_passes_with_every_gpu_measured_in_the_engine_image",
     "tests/rig/test_rig_map.py::test_missing_hca_on_worker_fails_the_gate_closed",
     "tests/rig/test_rig_calibrate.py::test_planted_slow_gpu_fails_the_gate_by_node_index_and_figure",
-    "tests/ansible/test_quick_map.py",
+    "tests/labs/test_sched_profile_lab.py[vllm]",
+    "tests/labs/test_sched_profile_lab.py[sglang]",
+    "tests/labs/test_labs_enginesim.py",
+    "tests/labs/test_advlabs_enginesim.py",
     "tests/rig/test_rig_calibrate.py::test_check_prints_every_gpus_command_and_runs_nothing",
-    "tests/ansible/test_vllm_flow.py",
     "tests/ansible/test_console.py",
     "tests/calibrate/test_calibrate_playbook.py",
 )
 
 
 def unit_of(nodeid: str) -> str:
-    """The scheduling unit of a test: the test itself when listed in SPLIT_TESTS, else its file."""
+    """The scheduling unit of a test: the test itself when listed in SPLIT_TESTS, its file and flavour
+    in a SPLIT_BY_FLAVOUR file when its id parameter is a flavour, else its file."""
     path, _, rest = nodeid.partition("::")
-    test = f"{path}::{rest.split('[', 1)[0]}"
-    return test if test in SPLIT_TESTS else path
+    name, _, param = rest.partition("[")
+    test = f"{path}::{name}"
+    if test in SPLIT_TESTS:
+        return test
+    if path in SPLIT_BY_FLAVOUR and param.removesuffix("]") in FLAVOURS:
+        return f"{path}[{param.removesuffix(']')}]"
+    return path
 
 
 def unit_rank(unit: str) -> int:

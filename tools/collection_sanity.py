@@ -10,8 +10,11 @@ with its status. A run in which any of the tests in REQUIRED_TESTS did not run f
 ansible-test's status: a skipped check is not a passed one.
 
 ansible-test installs each sanity test's pinned requirements into virtual environments of its own,
-under $HOME/.ansible/test. Two things of this environment are arranged, both under
-build/ansible-test-home (the HOME ansible-test runs with, kept between runs as its cache):
+under $HOME/.ansible/test (about two minutes on this box when none exists). `make test`'s set-up builds
+them first (`make sanity-venvs`: this script with `--prime-venvs`, which builds every environment and
+runs no check), so the sanity test itself only runs the checks. Two things of this environment are
+arranged, both under build/ansible-test-home (the HOME ansible-test runs with, kept between runs as
+its cache):
 - ansible-test fills each empty environment with pip from a bootstrap script it downloads from
   ci-files.testing.ansible.com. Where that host cannot be reached, the cache holds a stand-in: the
   standard library's bundled pip (ensurepip), then pip installs the pip version ansible-test asked for
@@ -101,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     ran = set(re.findall(r'^Running sanity test "([^"]+)"', output, flags=re.M))
     missing = [] if extra else [t for t in REQUIRED_TESTS if t not in ran]
     skipped = [line for line in output.splitlines() if SKIP_LINE.search(line)]
+    built = len(re.findall(r"^Installing requirements for ", output, flags=re.M))
     status = proc.returncode if not missing else 1
     summary = (
         f"\n== {' '.join(cmd + extra)}\n== in {root}\n== exit {proc.returncode} after {took:.0f} s;"
-        f" {len(ran)} sanity tests ran\n"
+        f" {len(ran)} sanity tests ran; {built} virtual environments built (make sanity-venvs builds them)\n"
         + "".join(f"== skipped by ansible-test: {line}\n" for line in skipped)
         + (f"== FAILED: these sanity tests did not run: {', '.join(missing)}\n" if missing else "")
     )

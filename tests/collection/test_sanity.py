@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 LOG = REPO / "build" / "collection-sanity.log"
 
 
-# A fresh machine first builds ansible-test's per-test environments (17 min on this 2-core box under load
-# average 13; cached in build/ansible-test-home afterwards).
+# ansible-test's per-test environments are built by make test's set-up (make sanity-venvs); run alone on
+# a fresh clone, this test builds them first (17 min once on this 2-core box under load average 13).
 @pytest.mark.timeout(2400)
 def test_ansible_test_sanity_passes() -> None:
     proc = subprocess.run(

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import SLOW_UNITS, unit_of, unit_rank
+from tests.conftest import FLAVOURS, SLOW_UNITS, SPLIT_BY_FLAVOUR, unit_of, unit_rank
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,18 +27,42 @@ def test_the_full_map_checks_stay_together_and_the_other_rig_runs_split() -> Non
     assert len({first, mixed, check}) == 3
 
 
+def test_each_flavour_of_a_labs_file_is_a_unit_and_its_other_tests_stay_with_the_file() -> None:
+    labs = "tests/labs/test_labs_enginesim.py"
+    vllm = {unit_of(f"{labs}::{t}[vllm]") for t in ("test_every_lab_leaves_x", "test_graph_decodes_y")}
+    assert vllm == {f"{labs}[vllm]"}
+    assert unit_of(f"{labs}::test_graph_decodes_y[sglang]") == f"{labs}[sglang]"
+    assert unit_of(f"{labs}::test_a_kv_that_never_fills_is_inconclusive_not_supported") == labs
+    # an id whose parameter is more than a flavour, or a file not listed, keeps its file's unit
+    assert unit_of(f"{labs}::test_z[sglang-extra]") == labs
+    other = "tests/ansible/test_bench_client.py"
+    assert unit_of(f"{other}::test_x[sglang]") == other
+
+
+def test_every_flavour_split_file_runs_its_playbook_in_a_module_fixture_per_flavour() -> None:
+    """The split is sound only while the flavour's run is a module fixture parametrised by flavour: a
+    worker then runs it once for the flavour it was given."""
+    assert FLAVOURS == ("sglang", "vllm")
+    for path in SPLIT_BY_FLAVOUR:
+        assert '@pytest.fixture(scope="module", params=["sglang", "vllm"])' in (REPO / path).read_text(), path
+
+
 def test_every_slow_unit_names_a_unit_that_exists_and_comes_first() -> None:
     for unit in SLOW_UNITS:
         path, _, name = unit.partition("::")
+        path, _, flavour = path.partition("[")
         assert (REPO / path).is_file(), unit
         assert not name or f"def {name}(" in (REPO / path).read_text(), unit
-    assert unit_rank("tests/rig/test_rig_map.py") == 0
+        assert not flavour or (path in SPLIT_BY_FLAVOUR and flavour.removesuffix("]") in FLAVOURS), unit
+    assert unit_rank("tests/labs/test_labs_enginesim.py[vllm]") == 0
+    assert unit_rank("tests/rig/test_rig_map.py") == 1
     assert unit_rank("tests/analysis/test_analysis_state.py") == len(SLOW_UNITS)
 
 
 def test_two_workers_keep_a_shared_module_fixture_on_one_worker(tmp_path: Path) -> None:
     """A real `pytest -n 2` with this conftest: the tests sharing a module fixture meet on one worker
-    (the fixture runs once), the split tests go to the other."""
+    (the fixture runs once), the split tests go to the other; a labs file's flavour-parametrised module
+    fixture runs once per flavour."""
     rig = tmp_path / "tests" / "rig"
     rig.mkdir(parents=True)
     (tmp_path / "tests" / "__init__.py").touch()
@@ -67,6 +91,26 @@ def test_two_workers_keep_a_shared_module_fixture_on_one_worker(tmp_path: Path) 
         "def test_worker_killed_mid_case_then_resume(): run('split')",
     ]
     (rig / "test_rig_map.py").write_text("\n".join(tests) + "\n")
+    labs = tmp_path / "tests" / "labs"
+    labs.mkdir()
+    (labs / "test_labs_enginesim.py").write_text(
+        "\n".join(
+            [
+                "import os, time, pytest",
+                "@pytest.fixture(scope='module', params=['sglang', 'vllm'])",
+                "def labs(request):",
+                f"    open({str(log)!r}, 'a').write('labs ' + request.param + '\\n')",
+                "    return request.param",
+                "def note(flavour):",
+                "    time.sleep(0.3)",
+                "    worker = os.environ['PYTEST_XDIST_WORKER']",
+                f"    open({str(log)!r}, 'a').write(flavour + ' ' + worker + '\\n')",
+                *(f"def test_{i}(labs): note(labs)" for i in ("a", "b", "c")),
+                "def test_alone(): note('alone')",
+            ]
+        )
+        + "\n"
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "tests"],
         cwd=tmp_path,
@@ -80,3 +124,9 @@ def test_two_workers_keep_a_shared_module_fixture_on_one_worker(tmp_path: Path) 
     assert lines.count("fixture") == 1, lines
     shared = {line.split()[1] for line in lines if line.startswith("shared ")}
     assert len(shared) == 1 and len([line for line in lines if line.startswith("shared ")]) == 4, lines
+    # each flavour's module fixture ran once, and all three tests of a flavour met on one worker
+    assert sorted(line for line in lines if line.startswith("labs ")) == ["labs sglang", "labs vllm"], lines
+    for flavour in ("sglang", "vllm"):
+        ran = [line.split()[1] for line in lines if line.startswith(f"{flavour} ")]
+        assert len(ran) == 3 and len(set(ran)) == 1, (flavour, lines)
+    assert len([line for line in lines if line.startswith("alone ")]) == 1, lines
