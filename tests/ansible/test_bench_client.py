@@ -137,7 +137,7 @@ def test_both_clients_render_the_same_workload_flag_by_flag(tmp_path: Path) -> N
     assert sglang == ["--backend", "sglang", *COMMON, "--dataset-name", "random-ids",
                       "--random-input-len", "512", "--random-output-len", "64", "--random-range-ratio", "1.0",
                       "--warmup-requests", "2", "--output-file", "bench_sglang.jsonl", "--output-details",
-                      "--flush-cache", "--tokenize-prompt"]  # fmt: skip
+                      "--flush-cache"]  # fmt: skip
     vllm = _render(tmp_path, "vllm")
     assert vllm == ["--backend", "vllm", *COMMON, "--dataset-name", "random",
                     "--random-input-len", "512", "--random-output-len", "64", "--random-range-ratio", "0",
