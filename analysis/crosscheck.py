@@ -181,6 +181,14 @@ def _verdict_cell(emulation: dict[str, Any] | None) -> str:
     return f"{emulation.get('verdict')}" + (f" (realtime factor {rtf:.3f})" if rtf is not None else "")
 
 
+def _step_wall(emulation: dict[str, Any] | None) -> str:
+    """The emulator's busy wall per step in one window (ms): in a saturated window a client's TPOT is
+    this, the speed of the emulator's loop on this machine, not the emulated hardware's step."""
+    if emulation is None or not emulation.get("steps") or emulation.get("wall_s") is None:
+        return "n/a"
+    return f"{1000.0 * emulation['wall_s'] / emulation['steps']:.3f}"
+
+
 def window_blocks(emulation: dict[str, Any] | None, key: str) -> str | None:
     """Why the emulator's verdict on a window does not vouch for one figure; None when it does.
 
@@ -258,6 +266,7 @@ def section(comparisons: list[dict[str, Any]]) -> list[str]:
             lg_emu, ref_emu = lg.get("emulation"), ref.get("emulation")
             if lg_emu is not None or ref_emu is not None:
                 L.append(f"| emulator verdict | {_verdict_cell(lg_emu)} | {_verdict_cell(ref_emu)} | |")
+                L.append(f"| emulator busy wall ms/step | {_step_wall(lg_emu)} | {_step_wall(ref_emu)} | |")
             lg_isl, ref_isl = _cell(_isl(lg["data"])), _cell(_isl(ref["data"]))
             L.append(f"| prompt tokens/request (client) | {lg_isl} | {ref_isl} | |")
             if lg.get("server_isl") is not None or ref.get("server_isl") is not None:

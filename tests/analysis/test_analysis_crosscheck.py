@@ -125,6 +125,8 @@ def test_each_client_gets_the_emulators_verdict_on_its_own_window(tmp_path: Path
     rows = _rows(d)
     assert rows["emulator verdict"][1].startswith("ok (realtime factor 1.000")
     assert rows["emulator verdict"][2].startswith("saturated (realtime factor 0.500")
+    # what a TPOT from a saturated window measures: the emulator's own loop, wall per step
+    assert rows["emulator busy wall ms/step"][1:3] == ["2.000", "4.000"]
     # TPOT has the same definition in both clients, but SGLang's window was saturated: never a "yes",
     # so no difference between the two columns reads as a disagreement of the clients.
     assert rows["TPOT mean ms"][3] == "not comparable (emulator: sglang window saturated) |"
