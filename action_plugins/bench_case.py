@@ -70,6 +70,8 @@ _EMULATION_FILES = ("metrics_before.prom", "metrics_after.prom", "pace.json")
 # The reference client's files beside bench.json (bench_client / bench_cross_check); absent ones are skipped.
 _REFERENCE_FILES = tuple(
     f"bench_{client}.{ext}" for client in ("sglang", "vllm") for ext in ("json", "jsonl", "log", "rc")
+) + tuple(  # and each reference client's own /metrics window (the emulator's verdict on its run)
+    f"metrics_{when}_{client}.prom" for client in ("sglang", "vllm") for when in ("before", "after")
 )
 
 

@@ -164,12 +164,24 @@ def _judge(before: dict | None, after: dict | None) -> dict | None:
     return out
 
 
-def read_case(case_dir: str) -> dict | None:
-    """case_verdict of a case directory's metrics_before.prom / metrics_after.prom (missing = None)."""
+def scrape_names(client: str = "") -> tuple[str, str]:
+    """The (before, after) scrape file names of one client's window in a case directory.
+
+    loadgen's window is the case's own (``metrics_before.prom``); a reference client that ran after it
+    in the same case has its own (``metrics_before_sglang.prom``), so each client's figures are judged
+    on the emulator's behaviour while that client ran, not while the other one did."""
+    suffix = f"_{client}" if client else ""
+    return f"metrics_before{suffix}.prom", f"metrics_after{suffix}.prom"
+
+
+def read_case(case_dir: str, client: str = "") -> dict | None:
+    """case_verdict of a case directory's scrapes around one client's run (missing = None).
+
+    ``client`` empty: the case's own window (loadgen's); ``sglang``/``vllm``: that reference client's."""
     import os
 
     texts = []
-    for name in ("metrics_before.prom", "metrics_after.prom"):
+    for name in scrape_names(client):
         path = os.path.join(case_dir, name)
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
