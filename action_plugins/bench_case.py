@@ -84,8 +84,11 @@ def _emulation(case_dir: Path) -> dict | None:
         return {"emulated": True, "verdict": "unknown", "reasons": [f"unparsable /metrics scrape: {exc}"]}
 
 
-# Module results that are noise in meta.json and the play output.
-_DROP = ("invocation", "_ansible_no_log", "changed", "failed")
+# Module results that are noise in meta.json and the play output. AnsibleModule.exit_json adds the
+# file attributes of a result's `path` (the result file's owner, mode, size...): nothing reads them,
+# and the in-process path has none, so they go too (one result either way).
+_PATH_INFO = ("uid", "gid", "owner", "group", "mode", "state", "size", "secontext")
+_DROP = ("invocation", "_ansible_no_log", "_ansible_parsed", "changed", "failed", *_PATH_INFO)
 
 
 class ActionModule(ActionBase):
@@ -124,6 +127,8 @@ class ActionModule(ActionBase):
                 module_name="bench_case", module_args=module_args, task_vars=task_vars or {}
             )
         case = {k: v for k, v in ran.items() if k not in _DROP}
+        if "module_stdout" not in ran:  # fail_json's error summary of a refused or failed case: no crash
+            case.pop("exception", None)
         result["case"] = case
         result["changed"] = True
         closed = self._closed_meanwhile(ctrl_dir)
