@@ -338,8 +338,10 @@ def test_in_process_and_module_paths_give_identical_results(tmp_path: Path, heal
 def test_a_stop_ends_the_client_that_timeout_put_in_a_group_of_its_own(run, tmp_path: Path) -> None:
     """`timeout` makes itself and the client a process group of their own; the safety limit must end
     that group too, not only the script's (the client used to run on, an orphan loadgen)."""
-    script = "timeout -k 5 60 bash -c 'echo $$ > client.pid; sleep 60; true'\n"
+    script = "timeout -k 5 60 bash -c 'echo $$ > client.pid; sleep 60; true' > client.log 2>&1\n"
+    t0 = time.monotonic()
     status, res = run("bench_case", base_args(tmp_path, script, timeout_s=2, kill_after_s=2))
+    assert time.monotonic() - t0 < 20, "the stop waited for the client to end by itself"
     assert status == "fail" and res["limit"] == "safety_limit"
     client = int((tmp_path / "client.pid").read_text())
     deadline = time.monotonic() + 5
