@@ -213,14 +213,16 @@ PLAY = """
 CONNECTION_PLUGINS = Path(__file__).resolve().parent / "connection_plugins"
 
 
-def run_play(tmp_path: Path, cases: list[dict], health: str, connection: str = "local") -> list[dict]:
+def run_play(
+    tmp_path: Path, cases: list[dict], health: str, connection: str = "local", play: str = PLAY
+) -> list[dict]:
     """Run PLAY over ``cases``; ``connection=quickmap_module_local`` forces the module path locally."""
     node, ctrl = tmp_path / "node", tmp_path / "ctrl"
     for c in cases:
         (node / c["rel"]).mkdir(parents=True)
     (node / "server.log").write_text("server up\n")
     ctrl.mkdir()
-    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "play.yml").write_text(play)
     (tmp_path / "vars.json").write_text(
         json.dumps({"node": str(node), "ctrl": str(ctrl), "cases": cases, "health": health})
     )
@@ -333,6 +335,20 @@ def test_in_process_and_module_paths_give_identical_results(tmp_path: Path, heal
     } <= kinds
     assert not (tmp_path / "a" / "node" / "broken_rule" / "ran").exists()
     assert "CANARY-77" not in (tmp_path / "a" / "node" / "secret" / "bench_cmd.txt").read_text()
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason=f"{PLAYBOOK_BIN} not installed (make venv)")
+def test_a_task_environment_takes_the_module_path_and_reaches_the_script(
+    tmp_path: Path, health_url: str
+) -> None:
+    """In-process would run the script with the controller's environment, not the task's: a task with
+    `environment:` ships the module (as does become or async), and the variable reaches the script."""
+    script = 'echo "$QM_PROBE" > probe.txt\n' + writer_script(loadgen_result(64, 128))
+    play = PLAY.replace("      loop:", '      environment: {QM_PROBE: "from-the-task"}\n      loop:', 1)
+    assert play != PLAY
+    results = run_play(tmp_path, [{"rel": "env", "script": script}], health_url, play=play)
+    assert results[0]["node_side"] == "module" and not results[0].get("failed")
+    assert (tmp_path / "node" / "env" / "probe.txt").read_text().strip() == "from-the-task"
 
 
 def test_a_stop_ends_the_client_that_timeout_put_in_a_group_of_its_own(run, tmp_path: Path) -> None:
