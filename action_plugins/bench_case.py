@@ -14,23 +14,26 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 try:
     from analysis import state
     from analysis.atomic import read_json_object
-    from module_utils import emulation_verdict
+    from module_utils import bench_node, emulation_verdict
 except ImportError:  # running from a checkout whose package is not installed: use the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from analysis import state
     from analysis.atomic import read_json_object
-    from module_utils import emulation_verdict
+    from module_utils import bench_node, emulation_verdict
 
 _MODULE_ARGS = (
     "case_dir",
@@ -83,8 +86,11 @@ def _emulation(case_dir: Path) -> dict | None:
         return {"emulated": True, "verdict": "unknown", "reasons": [f"unparsable /metrics scrape: {exc}"]}
 
 
-# Module results that are noise in meta.json and the play output.
-_DROP = ("invocation", "_ansible_no_log", "changed", "failed")
+# Module results that are noise in meta.json and the play output. AnsibleModule.exit_json adds the
+# file attributes of a result's `path` (the result file's owner, mode, size...): nothing reads them,
+# and the in-process path has none, so they go too (one result either way).
+_PATH_INFO = ("uid", "gid", "owner", "group", "mode", "state", "size", "secontext")
+_DROP = ("invocation", "_ansible_no_log", "_ansible_parsed", "changed", "failed", *_PATH_INFO)
 
 
 class ActionModule(ActionBase):
@@ -114,10 +120,17 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(f"case {label}: cannot write {ctrl_dir}/meta.json: {exc}") from exc
 
         module_args = {k: args[k] for k in _MODULE_ARGS if args[k] is not None}
-        ran = self._execute_module(
-            module_name="bench_case", module_args=module_args, task_vars=task_vars or {}
-        )
+        if self._in_process_ok():
+            result["node_side"] = "in_process"
+            ran = _run_in_process(module_args)
+        else:
+            result["node_side"] = "module"
+            ran = self._execute_module(
+                module_name="bench_case", module_args=module_args, task_vars=task_vars or {}
+            )
         case = {k: v for k, v in ran.items() if k not in _DROP}
+        if "module_stdout" not in ran:  # fail_json's error summary of a refused or failed case: no crash
+            case.pop("exception", None)
         result["case"] = case
         result["changed"] = True
         closed = self._closed_meanwhile(ctrl_dir)
@@ -146,6 +159,22 @@ class ActionModule(ActionBase):
         result.update(case_dir=str(ctrl_dir), label=label)  # the console callback's case line
         result["plugin_ended_epoch_s"] = round(time.time(), 3)
         return result
+
+    def _in_process_ok(self) -> bool:
+        """Whether the node side may run in this process: the head is the controller, nothing differs.
+
+        The module path costs an AnsiballZ build, a Python start and module_utils.basic's import per
+        case (~1.5 s); in-process it is a function call. Only where the module would run here anyway,
+        as this user, with this environment, in the foreground, and where a signal handler can be set.
+        """
+        task = self._task
+        return (
+            getattr(self._connection, "transport", None) == "local"
+            and not self._play_context.become
+            and not any(env for env in (task.environment or []) if env)
+            and not task.async_val
+            and threading.current_thread() is threading.main_thread()
+        )
 
     @staticmethod
     def _closed_meanwhile(ctrl_dir: Path) -> str | None:
@@ -205,3 +234,54 @@ class ActionModule(ActionBase):
                 "evidence_not_fetched": missed,
             },
         }
+
+
+class _Interrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM reached the worker while a case ran in-process; ``signum`` is re-sent after."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Latch:
+    """Raises on the first SIGINT/SIGTERM only: a later one (Ansible terminating its workers after a
+    Ctrl-C) must not cut the stop of the case's processes short."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if self.first is None:
+            self.first = signum
+            raise _Interrupted(signum)
+
+
+def _run_in_process(module_args: dict) -> dict:
+    """bench_node.run_case in this worker, with the result the module would have returned.
+
+    The worker's own SIGINT/SIGTERM handler ends the worker at once; while the case runs, the signal
+    instead raises here, so run_script stops every process group of the case's session first. Then
+    the worker's handler gets the signal as it would have.
+    """
+    validated = ArgumentSpecValidator(bench_node.ARGUMENT_SPEC, required_if=bench_node.REQUIRED_IF).validate(
+        module_args
+    )
+    if validated.error_messages:
+        return {"failed": True, "msg": validated.errors.msg}
+    latch = _Latch()
+    previous = {sig: signal.signal(sig, latch) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ran = bench_node.run_case(validated.validated_parameters)
+    except _Interrupted:
+        ran = {"failed": True, "msg": f"bench_case: interrupted by signal {latch.first}"}
+    except Exception as exc:  # the module path reports a crash as a failed result, so does this one
+        ran = {"failed": True, "msg": f"bench_case (in-process) failed: {exc!r}"}
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if latch.first is not None:
+        os.kill(os.getpid(), latch.first)  # the worker's handler: it ends the worker as it would have
+    if not ran.get("passed"):
+        ran["failed"] = True
+    return ran

@@ -194,9 +194,9 @@ PLAY = """
         script: "{{ item.script }}"
         timeout_s: "{{ item.timeout | default(30) }}"
         kill_after_s: 1
-        expect_requests: 64
+        expect_requests: "{{ item.expect | default(64) }}"
         expect_output_len: 128
-        health_url: "{{ health }}"
+        health_url: "{{ item.health | default(health) }}"
         server_log: "{{ node }}/server.log"
         meta: {case_id: "{{ item.rel }}", isl: 1024, bench_cmd: "HF_TOKEN=hf_abcdefghijklmnopqrstuv loadgen"}
       loop: "{{ cases }}"
@@ -210,19 +210,26 @@ PLAY = """
 """
 
 
-def run_play(tmp_path: Path, cases: list[dict], health: str) -> list[dict]:
+CONNECTION_PLUGINS = Path(__file__).resolve().parent / "connection_plugins"
+
+
+def run_play(
+    tmp_path: Path, cases: list[dict], health: str, connection: str = "local", play: str = PLAY
+) -> list[dict]:
+    """Run PLAY over ``cases``; ``connection=quickmap_module_local`` forces the module path locally."""
     node, ctrl = tmp_path / "node", tmp_path / "ctrl"
     for c in cases:
         (node / c["rel"]).mkdir(parents=True)
     (node / "server.log").write_text("server up\n")
     ctrl.mkdir()
-    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "play.yml").write_text(play)
     (tmp_path / "vars.json").write_text(
         json.dumps({"node": str(node), "ctrl": str(ctrl), "cases": cases, "health": health})
     )
     env = dict(os.environ, LC_ALL="C.UTF-8", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     env["ANSIBLE_HOME"] = str(tmp_path / "ansible_home")
-    argv = [str(PLAYBOOK_BIN), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")]
+    env["ANSIBLE_CONNECTION_PLUGINS"] = str(CONNECTION_PLUGINS)
+    argv = [str(PLAYBOOK_BIN), "-i", "localhost,", "-c", connection, str(tmp_path / "play.yml")]
     argv += ["-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{tmp_path / 'vars.json'}"]
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -265,3 +272,103 @@ def test_action_calls_a_dead_server_dead(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "ctrl" / "c" / "meta.json").read_text())
     assert meta["error_type"] == "SERVER_DEAD"
     assert results[0]["case_failed"]["error_type"] == "SERVER_DEAD"
+
+
+# --------------------------------------------- in-process (local head) and module path: one result
+
+_VOLATILE = ("started_at", "ended_at", "wall_s")
+
+
+def _comparable(tmp_path: Path, results: list[dict]) -> list[dict]:
+    """Per case: the node-side result and meta.json's verdict, with times and the run's root masked."""
+    out = []
+    for res in results:
+        case = {k: v for k, v in res.get("case", {}).items() if k not in _VOLATILE}
+        meta = json.loads((Path(res["case_dir"]) / "meta.json").read_text())
+        verdict = {k: meta.get(k) for k in ("status", "error_type", "reason")}
+        row = {
+            "case": case,
+            "meta": verdict,
+            "failed": bool(res.get("failed")),
+            "case_failed": res.get("case_failed"),
+        }
+        out.append(json.loads(json.dumps(row).replace(str(tmp_path), "<root>")))
+    return out
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason=f"{PLAYBOOK_BIN} not installed (make venv)")
+def test_in_process_and_module_paths_give_identical_results(tmp_path: Path, health_url: str) -> None:
+    """The same eleven cases (ok, short, timeouts, dead and live server, unreadable output, a secret, a
+    broken rule) run in-process (connection local) and through the shipped module: same results."""
+    dead = "http://127.0.0.1:9/health"
+    garbage = "echo client-log > bench.log\nprintf '{\"completed\": ' > bench.json\n"
+    cases = [
+        {"rel": "ok", "script": writer_script(loadgen_result(64, 128))},
+        {"rel": "ok_rc3", "script": writer_script(loadgen_result(64, 128), rc=3)},
+        {"rel": "short_output", "script": writer_script(loadgen_result(64, 100))},
+        {"rel": "count", "script": writer_script(loadgen_result(63, 128))},
+        {"rel": "no_result_server_dead", "script": writer_script(None), "health": dead},
+        {"rel": "no_result_server_alive", "script": writer_script(None)},
+        {"rel": "bad_output", "script": garbage},
+        {"rel": "case_timeout_rc124", "script": writer_script(None, rc=124)},
+        {"rel": "safety_limit", "script": "sleep 30\n", "timeout": 1},
+        {
+            "rel": "secret",
+            "script": "echo --api-key CANARY-77 > seen.txt\n" + writer_script(loadgen_result(64, 128)),
+        },
+        {"rel": "broken_rule", "script": "touch ran\n", "expect": 0},
+    ]
+    in_process = run_play(tmp_path / "a", cases, health_url)
+    module = run_play(tmp_path / "b", cases, health_url, connection="quickmap_module_local")
+    assert [r["node_side"] for r in in_process] == ["in_process"] * len(cases)
+    assert [r["node_side"] for r in module] == ["module"] * len(cases)
+    got_in, got_mod = _comparable(tmp_path / "a", in_process), _comparable(tmp_path / "b", module)
+    for case, a, b in zip(cases, got_in, got_mod, strict=True):
+        assert a == b, f"case {case['rel']}: in-process {a} != module {b}"
+    # the outcomes really vary (a broken comparison would pass on eleven identical failures)
+    kinds = {(row["meta"]["status"], row["meta"]["error_type"]) for row in got_in}
+    assert {
+        ("completed", None),
+        ("failed", "BENCH_FAILED"),
+        ("failed", "SERVER_DEAD"),
+        ("failed", "TIMEOUT"),
+    } <= kinds
+    assert not (tmp_path / "a" / "node" / "broken_rule" / "ran").exists()
+    assert "CANARY-77" not in (tmp_path / "a" / "node" / "secret" / "bench_cmd.txt").read_text()
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason=f"{PLAYBOOK_BIN} not installed (make venv)")
+def test_a_task_environment_takes_the_module_path_and_reaches_the_script(
+    tmp_path: Path, health_url: str
+) -> None:
+    """In-process would run the script with the controller's environment, not the task's: a task with
+    `environment:` ships the module (as does become or async), and the variable reaches the script."""
+    script = 'echo "$QM_PROBE" > probe.txt\n' + writer_script(loadgen_result(64, 128))
+    play = PLAY.replace("      loop:", '      environment: {QM_PROBE: "from-the-task"}\n      loop:', 1)
+    assert play != PLAY
+    results = run_play(tmp_path, [{"rel": "env", "script": script}], health_url, play=play)
+    assert results[0]["node_side"] == "module" and not results[0].get("failed")
+    assert (tmp_path / "node" / "env" / "probe.txt").read_text().strip() == "from-the-task"
+
+
+def test_a_stop_ends_the_client_that_timeout_put_in_a_group_of_its_own(run, tmp_path: Path) -> None:
+    """`timeout` makes itself and the client a process group of their own; the safety limit must end
+    that group too, not only the script's (the client used to run on, an orphan loadgen)."""
+    script = "timeout -k 5 60 bash -c 'echo $$ > client.pid; sleep 60; true' > client.log 2>&1\n"
+    t0 = time.monotonic()
+    status, res = run("bench_case", base_args(tmp_path, script, timeout_s=2, kill_after_s=2))
+    assert time.monotonic() - t0 < 20, "the stop waited for the client to end by itself"
+    assert status == "fail" and res["limit"] == "safety_limit"
+    client = int((tmp_path / "client.pid").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(client):
+        time.sleep(0.05)
+    assert not _alive(client), f"client {client} (timeout's own process group) outlived the stop"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
