@@ -68,7 +68,8 @@ def _url(v: Any, where: str) -> str:
 def point_clients(variants: list[dict[str, Any]], pd: Any, where: str) -> list[dict[str, Any]]:
     """Each variant's runs with --base-url set: the P/D variant's to the router, the baseline's to its
     own instance. The P/D variant's client does not flush (the router cannot); its run script flushes
-    both instances instead (`flush_sides`)."""
+    both instances instead (`flush_sides`). Neither variant's client counts tokens through the server (a
+    router has no /tokenize): both send token-id prompts, so their client flags stay the same."""
     if not isinstance(pd, dict):
         raise InputError(None, where, f"got {pd!r}, expected {{router_url, baseline_url, prefill_port, ...}}")
     router, baseline = _url(pd.get("router_url"), f"{where}.router_url"), _url(pd.get("baseline_url"), where)
@@ -89,6 +90,9 @@ def point_clients(variants: list[dict[str, Any]], pd: Any, where: str) -> list[d
         for run in v["runs"]:
             argv = list(run["argv"])
             argv[argv.index("--base-url") + 1] = url
+            if "--tokenizer" in argv:  # the router has no /tokenize: both variants send token ids alike
+                i = argv.index("--tokenizer")
+                del argv[i : i + 2]
             extra = {}
             if is_pd:
                 extra["flush_sides"] = "--flush-cache" in argv
