@@ -124,3 +124,32 @@ def test_pd_lab_check_mode_prints_the_trio_and_the_clients(tmp_path) -> None:
     assert "sglang_router" in out and "--pd-disaggregation" in out
     assert out.count("--base-url") >= 14  # 7 runs x 2 variants, the P/D ones at the router
     assert not (labs_dir / "pd_disagg" / "lab.json").exists()
+
+
+def test_stop_phase_finds_a_labs_pd_trio_and_stops_only_its_recorded_pids(tmp_path: Path) -> None:
+    """After Ctrl-C the interrupt handler reruns `labs.yml --tags stop`: it must find the trio recorded
+    under labs/pd_disagg/pd/server/{prefill,decode,router} (not only labs/<lab>/<variant>/server)."""
+    from test_pd_disagg_launch import launch
+
+    run_id = "pd_stop"
+    server_dir = tmp_path / "results" / run_id / "labs" / "pd_disagg" / "pd" / "server"
+    proc, _, _ = launch(tmp_path, run_id, pd_launch_server_dir=str(server_dir))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    records = {p.parent.name: json.loads(p.read_text()) for p in server_dir.glob("*/*.server.json")}
+    assert set(records) == {"prefill", "decode", "router"}
+    assert all(server_still_running(r) for r in records.values())
+    ev_file = tmp_path / "stop.json"
+    ev_file.write_text(json.dumps({"quickmap_results_dir": str(tmp_path / "results"), "run_id": run_id}))
+    stop = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            *("labs.yml", "-i", "inventory/local", "--tags", "stop", "-e", f"@{ev_file}"),
+        ],
+        cwd=REPO,
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert stop.returncode == 0, stop.stdout[-4000:]
+    assert not any(server_still_running(r) for r in records.values()), leftovers(tmp_path)
