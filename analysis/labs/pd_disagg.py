@@ -95,10 +95,55 @@ def figures(lab_dir: Path, plan: dict[str, Any], variants: dict[str, Variant], e
         if isinstance(launch, dict)
         else None,
         "router_stats": _json(pd_dir / "router_stats.json") if pd_dir else None,
+        "fault": fault(pd_dir) if pd_dir else None,
         "connector_log_failures": kv_transfer.log_failures(_text(pd_dir / "logs" / "connector.log"))
         if pd_dir
         else None,
     }
+
+
+def fault(vdir: Path) -> dict[str, Any] | None:
+    """What the requests of the fault run saw when the prefill instance was stopped mid-run: how many
+    completed and failed, the error classes and the first distinct messages, and which of the trio still
+    answered its health check afterwards. None when the lab ran no fault run."""
+    rec = _json(vdir / "fault" / "fault.json")
+    if not isinstance(rec, dict):
+        return None
+    bench = _json(vdir / "fault" / "bench.json")
+    reqs = bench.get("requests", []) if isinstance(bench, dict) else []
+    errors: list[str] = []
+    for r in reqs:
+        msg = str(r.get("error") or "").strip()[:200]
+        if not r.get("success") and msg and msg not in errors and len(errors) < 3:
+            errors.append(msg)
+    try:
+        stopped = round(float(rec["prefill_stopped_at"]) - float(rec["started_at"]), 2)
+    except (KeyError, TypeError, ValueError):
+        stopped = None
+    return rec | {
+        "stopped_within_s": stopped,
+        "client_result": isinstance(bench, dict),
+        "requests": len(reqs),
+        "completed": sum(1 for r in reqs if r.get("success")),
+        "failed": sum(1 for r in reqs if not r.get("success")),
+        "errors_by_class": (bench or {}).get("errors_by_class", {}) if isinstance(bench, dict) else {},
+        "first_errors": errors,
+    }
+
+
+def _fault_line(f: dict[str, Any]) -> str:
+    if not f["client_result"]:
+        return (
+            f"fault run: prefill stopped {f['after_s']} s into the run; the client wrote no result "
+            f"(exit code {f['client_rc']}); router answering afterwards: {f['router_health_after']}"
+        )
+    return (
+        f"fault run: prefill stopped {f['after_s']}-{f['stopped_within_s']} s into the run: "
+        f"{f['completed']} of {f['requests']} requests completed, {f['failed']} failed "
+        f"({f['errors_by_class'] or 'no error class'}; first: "
+        f"{' | '.join(f['first_errors']) or '-'}); afterwards prefill answering {f['prefill_health_after']}, "
+        f"decode {f['decode_health_after']}, router {f['router_health_after']}"
+    )
 
 
 def break_even(rows: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
@@ -161,6 +206,8 @@ def judge(
         "break-even: P/D better on "
         + "; ".join(f"{k}: {', '.join(v['pd']) or 'none'}" for k, v in be.items())
     )
+    if fig.get("fault"):
+        obs.append(_fault_line(fig["fault"]))
     comparisons = []
     for c in comps:
         for name, row in fig["workloads"].items():

@@ -65,7 +65,32 @@ def _url(v: Any, where: str) -> str:
     return v.rstrip("/")
 
 
-def point_clients(variants: list[dict[str, Any]], pd: Any, where: str) -> list[dict[str, Any]]:
+def _fault(run: dict[str, Any], w: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """The fault run of the P/D variant: the long/long client with `fault_prompts` prompts, whose prefill
+    instance is stopped `fault_after_s` into it (fault_prompts 0 = no fault run)."""
+    n = w.get("fault_prompts", 0)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InputError(
+            None, f"{where}.fault_prompts", f"got {n!r}, expected an integer >= 0 (0 = no fault run)"
+        )
+    if n == 0:
+        return None
+    after = w.get("fault_after_s")
+    if isinstance(after, bool) or not isinstance(after, int | float) or not after > 0:
+        raise InputError(None, f"{where}.fault_after_s", f"got {after!r}, expected seconds > 0")
+    argv = list(run["argv"])
+    argv[argv.index("--num-prompts") + 1] = str(n)
+    return {
+        "argv": argv,
+        "after_s": float(after),
+        "num_prompts": n,
+        "workload": dict(run["workload"], num_prompts=n),
+    }
+
+
+def point_clients(
+    variants: list[dict[str, Any]], pd: Any, where: str, workload: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Each variant's runs with --base-url set: the P/D variant's to the router, the baseline's to its
     own instance. The P/D variant's client does not flush (the router cannot); its run script flushes
     both instances instead (`flush_sides`). Neither variant's client counts tokens through the server (a
@@ -98,5 +123,7 @@ def point_clients(variants: list[dict[str, Any]], pd: Any, where: str) -> list[d
                 extra["flush_sides"] = "--flush-cache" in argv
                 argv = [a for a in argv if a != "--flush-cache"]
             runs.append(dict(run, argv=argv, base_url=url, **extra))
-        out.append(dict(v, runs=runs))
+        longest = next((r for r in runs if r["name"] == "long_in_long_out"), None)
+        fault = _fault(longest, workload or {}, "labs_workloads.pd_disagg") if is_pd and longest else None
+        out.append(dict(v, runs=runs) | ({"fault": fault} if fault else {}))
     return out

@@ -578,7 +578,7 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
         for v in definition["variants"]
     ]
     if lab == "pd_disagg":
-        variants = pd_disagg_plan.point_clients(variants, cfg.get("pd"), "pd")
+        variants = pd_disagg_plan.point_clients(variants, cfg.get("pd"), "pd", workload)
     return {
         "schema": PLAN_SCHEMA,
         "lab": lab,

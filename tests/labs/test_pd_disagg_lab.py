@@ -19,7 +19,7 @@ from tests.ansible.runner import ansible_env, free_port, server_still_running
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SMALL = {
     "short_isl": 64, "long_isl": 768, "short_osl": 8, "long_osl": 48, "num_prompts": 6, "concurrency": 3,
-    "prefix_len": 384, "question_len": 32, "prefix_osl": 8,
+    "prefix_len": 384, "question_len": 32, "prefix_osl": 8, "fault_prompts": 120, "fault_after_s": 1,
 }  # fmt: skip
 
 
@@ -113,6 +113,19 @@ def test_baseline_same_gpus_and_break_even_reported(lab) -> None:
     assert len(doc["comparisons"]) == 6
     report = (ldir.parent / "report.md").read_text()
     assert "pd_disagg" in report and "Pitfalls" in report
+    assert leftovers(lab["tmp"]) == []
+
+
+def test_fault_run_kills_the_prefill_mid_run_and_records_what_requests_saw(lab) -> None:
+    doc, ldir = lab["doc"], lab["dir"]
+    f = doc["figures"]["fault"]
+    assert f is not None and f["client_result"], f
+    assert f["requests"] == 120 and f["failed"] > 0 and f["completed"] + f["failed"] == 120, f
+    assert f["prefill_health_after"] is False and f["decode_health_after"] is True
+    assert f["first_errors"] and any(o.startswith("fault run: prefill stopped") for o in doc["observations"])
+    # the prefill was stopped through its record (engine role), not by name: the stop says so
+    record = json.loads(next((ldir / "pd" / "server" / "prefill").glob("*.server.json")).read_text())
+    assert not server_still_running(record)
     assert leftovers(lab["tmp"]) == []
 
 
