@@ -96,6 +96,9 @@ def test_pd_runs_go_through_the_router_and_move_kv(lab) -> None:
     # the long prompts move more KV per request than the short ones
     w = fig["workloads"]
     assert w["long_in_short_out"]["kv"]["mb_per_transfer"] > w["short_in_short_out"]["kv"]["mb_per_transfer"]
+    # the evidence was taken while both recorded instances still ran
+    alive = json.loads((ldir / "pd" / "server_alive.json").read_text())
+    assert alive["running"] is True and all(x["pid"] for x in alive["sides"].values()), alive
     # both sides' logs, the router's and the connector lines are kept
     logs = {p.name.split(".")[0] for p in (ldir / "pd" / "logs").iterdir()}
     assert {"prefill", "decode", "router", "connector"} <= logs
