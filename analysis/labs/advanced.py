@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.labs import quant, sched_profile, tp
+from analysis.labs import pd_disagg, quant, sched_profile, tp
 from analysis.labs.load import Variant
 from analysis.labs.verdicts import Verdict
 
@@ -33,4 +33,5 @@ LABS = {
     "sched_profile": AdvancedLab(
         sched_profile.figures, sched_profile.judge, sched_profile.pitfalls, timed=False
     ),
+    "pd_disagg": AdvancedLab(pd_disagg.figures, pd_disagg.judge, pd_disagg.pitfalls, timed=True),
 }

@@ -20,6 +20,7 @@ LABS = (
     "quant_matrix",
     "tp_scaling",
     "sched_profile",
+    "pd_disagg",
 )
 
 GOALS = {
@@ -47,6 +48,9 @@ GOALS = {
     "rates, where is each size's knee, and how much of a forward pass goes to communication?",
     "sched_profile": "How much of the engine's scheduler process goes to scheduling as the request rate "
     "grows, and does the scheduler's CPU work overlap the forward pass?",
+    "pd_disagg": "Does splitting prefill and decode onto their own instances (KV moved between them, "
+    "requests sent through the router) beat one instance on the same GPUs, and for which prompt and "
+    "output lengths (the break-even)?",
 }
 
 # The engine flag words that mean "CUDA graphs off" etc. are configuration, not code: see

@@ -124,6 +124,8 @@ def _server_files(vdir: Path) -> tuple[str, str]:
     """The head's server log and command (the head's file names sort first is not assumed: the
     log holding the capacity announcement wins, else the longest)."""
     sdir = vdir / "server"
+    if (sdir / "decode").is_dir():  # a P/D variant (pd_disagg): the decode instance's server stands for it
+        sdir = sdir / "decode"
     logs = sorted(sdir.glob("*.log")) if sdir.is_dir() else []
     cmds = sorted(sdir.glob("*_server_cmd.txt")) if sdir.is_dir() else []
     texts = [_text(p) for p in logs]

@@ -22,7 +22,7 @@ import orjson
 
 from analysis.atomic import write_bytes, write_json
 from analysis.errors import InputError
-from analysis.labs import quant_plan, sched_profile_plan, tp_plan
+from analysis.labs import pd_disagg_plan, quant_plan, sched_profile_plan, tp_plan
 from analysis.labs.client_args import random_dataset
 from analysis.labs.definitions import GOALS, LABS
 
@@ -142,6 +142,10 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
                 f"got {model!r}, expected a checkpoint name or absolute path "
                 "(letters, digits, . _ - / : +; no '..')",
             )
+        # pd_disagg: the variant is a prefill/decode/router trio (roles/pd_launch), not one server
+        pd = v.get("pd", False)
+        if not isinstance(pd, bool):
+            raise _fail(f"{w}.pd", f"got {pd!r}, expected true or false")
         variants.append(
             {
                 "name": name,
@@ -150,6 +154,7 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
                 "engine_vars": engine_vars,
             }
             | ({"model": model} if model else {})
+            | ({"pd": True} if pd else {})
         )
     by_name = {v["name"]: v for v in variants}
     comparisons = []
@@ -179,6 +184,9 @@ def validate_definition(lab: str, engine: str, definition: Any) -> dict[str, Any
         if va.get("model") != vb.get("model"):
             # the checkpoint is part of the variable (one checkpoint per weight format)
             diff["model"] = {"baseline": va.get("model"), "treatment": vb.get("model")}
+        if va.get("pd", False) != vb.get("pd", False):
+            # disaggregated vs one instance: part of the variable (with the GPU split it implies)
+            diff["pd"] = {"baseline": [str(va.get("pd", False))], "treatment": [str(vb.get("pd", False))]}
         declared = c.get("flags")
         if declared is not None:
             declared = _args(declared, f"{w}.flags")
@@ -539,6 +547,7 @@ _PLANNERS = {
     "quant_matrix": quant_plan.plan,
     "tp_scaling": tp_plan.plan,
     "sched_profile": sched_profile_plan.plan,
+    "pd_disagg": pd_disagg_plan.plan,
 }
 
 
@@ -568,6 +577,8 @@ def build(cfg: dict[str, Any]) -> dict[str, Any]:
         v | {"runs": [dict(run, rel=f"{v['name']}/runs/{run['name']}") for run in runs.runs]}
         for v in definition["variants"]
     ]
+    if lab == "pd_disagg":
+        variants = pd_disagg_plan.point_clients(variants, cfg.get("pd"), "pd", workload)
     return {
         "schema": PLAN_SCHEMA,
         "lab": lab,

@@ -52,5 +52,13 @@ def config(lab: str, engine: str = "sglang", **over) -> dict:
         "sample_interval_s": 0.25,
         "thresholds": DEFAULTS["labs_thresholds"],
     }
+    if lab == "pd_disagg":  # plan_config.j2 adds where each variant's client goes
+        ports = DEFAULTS["labs_pd_ports"]
+        cfg["pd"] = {
+            "router_url": f"http://127.0.0.1:{ports['router']}",
+            "baseline_url": "http://127.0.0.1:30000",
+            "prefill_port": ports["prefill"],
+            "decode_port": ports["decode"],
+        }
     cfg.update(over)
     return cfg

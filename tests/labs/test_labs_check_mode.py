@@ -27,6 +27,8 @@ def playbook(tmp: Path, *args: str, **ev) -> subprocess.CompletedProcess:
         "quickmap_loadgen_pyz": str(zipapp_path(tmp)),
         **ev,
     }
+    if extra["engine_port"] is None:  # pd_disagg hands out its own ports: -e engine_port is refused there
+        del extra["engine_port"]
     ev_file = tmp / "ev.json"
     ev_file.write_text(json.dumps(extra))
     return subprocess.run(
@@ -50,14 +52,18 @@ def playbook(tmp: Path, *args: str, **ev) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_check_prints_every_variants_command_and_starts_nothing(tmp_path, engine) -> None:
-    proc = playbook(tmp_path, "--check", engine_name=engine, run_id="dry")
+    proc = playbook(tmp_path, "--check", engine_name=engine, run_id="dry", engine_port=None)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:]
-    # the engine role's own "show the server command" lines: one rendered script per variant
+    # the engine role's own "show the server command" lines: one rendered script per variant (a P/D
+    # variant: two, its prefill and decode instances, and the router's command)
     scripts = re.findall(r"quickmap server start on localhost \(engine (\w+), runtime process", out)
     definitions = rendered(DEFAULTS["labs_definitions"])
-    want = sum(len(definitions[lab][engine]["variants"]) for lab in definitions)
+    want = sum(1 + bool(v.get("pd")) for lab in definitions for v in definitions[lab][engine]["variants"])
     assert scripts == [engine] * want
+    assert "quickmap P/D router start on localhost" in out
+    assert ("--disaggregation-mode" if engine == "sglang" else "--kv-transfer-config") in out
+    assert out.count("quickmap lab pd_disagg, variant pd, run") == 7
     for lab, d in definitions.items():
         for v in d[engine]["variants"]:
             # the words as the engine template quotes them, as they appear inside the printed JSON

@@ -21,7 +21,7 @@ def test_the_playbook_tags_the_role_defaults_and_the_analysis_name_the_same_labs
 def test_every_default_lab_plans_on_both_engines(lab: str, engine: str) -> None:
     p = plan.build(config(lab, engine))
     assert p["variants"], lab
-    runs = [[(r["name"], r["argv"]) for r in v["runs"]] for v in p["variants"]]
+    runs = [[(r["name"], _same_client(r["argv"])) for r in v["runs"]] for v in p["variants"]]
     # every variant gets exactly the same runs (prompts, seeds, sizes): nothing but the variable differs
     assert all(r == runs[0] for r in runs)
     for v in p["variants"]:
@@ -31,6 +31,46 @@ def test_every_default_lab_plans_on_both_engines(lab: str, engine: str) -> None:
             assert "--output-details" in r["argv"] and "--scrape-metrics" in r["argv"]
     for c in p["comparisons"]:
         assert c["differs"], c
+
+
+def _same_client(argv: list[str]) -> list[str]:
+    """A run's client command without where it is sent and whether the client flushes (pd_disagg: the
+    P/D variant's client goes to the router, and its run script flushes both instances instead)."""
+    out = [a for a in argv if a != "--flush-cache"]
+    i = out.index("--base-url")
+    return out[:i] + out[i + 2 :]
+
+
+def test_pd_lab_sends_the_pd_client_to_the_router_and_the_baseline_to_its_instance() -> None:
+    p = plan.build(config("pd_disagg"))
+    base, pd = p["variants"]
+    assert (base["name"], pd["name"], pd.get("pd"), base.get("pd")) == ("baseline", "pd", True, None)
+    assert (base["engine_vars"]["engine_tp_size"], pd["engine_vars"]["engine_tp_size"]) == (2, 1)
+    names = [r["name"] for r in pd["runs"]]
+    assert names[:4] == ["short_in_short_out", "short_in_long_out", "long_in_short_out", "long_in_long_out"]
+    assert names[4:] == ["prefix_miss", "prefix_warm", "prefix_hit"]
+    for b, r in zip(base["runs"], pd["runs"], strict=True):
+        assert r["argv"][r["argv"].index("--base-url") + 1] == "http://127.0.0.1:30300"
+        assert b["argv"][b["argv"].index("--base-url") + 1] == "http://127.0.0.1:30000"
+        assert "--flush-cache" not in r["argv"] and "--tokenizer" not in r["argv"] + b["argv"]
+        assert r["flush_sides"] == ("--flush-cache" in b["argv"]) == (r["name"] != "prefix_hit")
+    (c,) = p["comparisons"]
+    assert set(c["differs"]) == {"pd", "engine_tp_size"}
+
+
+def test_pd_lab_refuses_a_measure_url_on_one_instance() -> None:
+    cfg = config("pd_disagg")
+    cfg["pd"]["router_url"] = f"http://127.0.0.1:{cfg['pd']['prefill_port']}"
+    with pytest.raises(InputError, match="prefill instance's port, not the router's"):
+        plan.build(cfg)
+
+
+@pytest.mark.parametrize(("key", "value"), [("long_isl", 64), ("long_osl", 0), ("num_prompts", "8")])
+def test_pd_lab_refuses_bad_sizes(key: str, value) -> None:
+    cfg = config("pd_disagg")
+    cfg["workload"][key] = value
+    with pytest.raises(InputError, match=key):
+        plan.build(cfg)
 
 
 def test_each_lab_runs_its_source_workload() -> None:

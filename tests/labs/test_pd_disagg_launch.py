@@ -139,6 +139,8 @@ def test_a_measurement_against_the_prefill_port_is_refused_before_anything_start
         ({"pd_launch_decode_gpus": ["1;reboot"]}, "pd_launch_decode_gpus"),
         ({"pd_launch_router_port": 70000}, "70000"),
         ({"pd_launch_check_max_tokens": "4\n"}, "pd_launch_check_max_tokens 1-9999"),
+        # -e engine_port outranks the port handed to each instance: both would start on it
+        ({"engine_port": 30555}, "engine_port 30555 was given with -e"),
     ],
 )
 def test_bad_values_are_refused_before_anything_starts(tmp_path: Path, extra: dict, needle: str) -> None:
