@@ -132,6 +132,8 @@ def one_case(
         "reliable": fig.get("reliable"),
         "reasons": fig.get("reasons"),
         "read_together_pct": fig.get("read_together_pct", math.nan),
+        # how far events read together can have moved the client's ITL p99 (loadgen's self-check)
+        "itl_p99_ambiguity_ms": fig.get("itl_p99_ambiguity_ms", math.nan),
         "loop_lag_p99": fig.get("loop_lag_p99", math.nan),
         "workers": fig.get("workers"),
     }
@@ -145,7 +147,8 @@ def print_row(row: dict) -> None:
         f"{row['reported_tok_s']:>9.0f} srv {row['server_tok_s']:>9.0f} ({row['tput_err_pct']:+.1f}%)"
         f" | cpu/1k {row['cpu_s_per_1k_tok']:.3f} srv {row['srv_cpu_s_per_1k_tok']:.3f}"
         f" share {row['srv_cpu_share']:.2f} lag p99 {row['srv_lag_p99_ms']:.2f}"
-        f" backlog {row['srv_backlog_pct']:.0f}% | failed {row['failed']}",
+        f" backlog {row['srv_backlog_pct']:.0f}% | failed {row['failed']}"
+        f" | reliable {row['reliable']} itl p99 ambiguity {row['itl_p99_ambiguity_ms']:.2f}",
         flush=True,
     )
 
@@ -305,8 +308,8 @@ def shape_verdicts(rows: list[dict]) -> int:
         "ITL err p99 <= 1 ms):"
     )
     print(
-        "  shape    ev/s | ttft err mean   p99 | itl err p99 | read together | srv lag p99 | host cpu | "
-        "unreliable | verdict"
+        "  shape    ev/s | ttft err mean   p99 | itl err p99 | read together | itl p99 ambiguity | "
+        "srv lag p99 | host cpu | unreliable | verdict"
     )
     failed = 0
     for shape, *_ in SHAPES:
@@ -315,8 +318,8 @@ def shape_verdicts(rows: list[dict]) -> int:
             continue
         med = {
             k: statistics.median(r[k] for r in sel)
-            for k in ("ttft_err_mean", "ttft_err_p99", "itl_err_p99", "read_together_pct", "srv_lag_p99_ms",
-                      "host_cpu_busy", "events_per_s")
+            for k in ("ttft_err_mean", "ttft_err_p99", "itl_err_p99", "read_together_pct",
+                      "itl_p99_ambiguity_ms", "srv_lag_p99_ms", "host_cpu_busy", "events_per_s")
         }  # fmt: skip
         met = all(abs(med[k]) <= limit for k, limit in SHAPE_TARGETS)
         unreliable = sum(1 for r in sel if r["reliable"] is False)
@@ -339,7 +342,8 @@ def shape_verdicts(rows: list[dict]) -> int:
         print(
             f"  {shape:>7} {med['events_per_s']:6.0f} | {med['ttft_err_mean']:+8.2f} "
             f"{med['ttft_err_p99']:+7.2f} | {med['itl_err_p99']:+8.2f}    | "
-            f"{med['read_together_pct']:9.2f}%    | {med['srv_lag_p99_ms']:8.2f}    | "
+            f"{med['read_together_pct']:9.2f}%    | {med['itl_p99_ambiguity_ms']:13.2f}     | "
+            f"{med['srv_lag_p99_ms']:8.2f}    | "
             f"{100 * med['host_cpu_busy']:5.0f}%  | {unreliable}/{len(sel)}"
             f"        | {verdict}"
         )

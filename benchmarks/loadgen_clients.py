@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import os
 import resource
 import statistics
@@ -206,6 +207,7 @@ class Clients:
             "read_together_pct": 100
             * d["reliability"].get("events_read_together", 0)
             / max(d["reliability"].get("event_gaps", 0), 1),
+            "itl_p99_ambiguity_ms": d["reliability"].get("itl_p99_ambiguity_ms", math.nan),
             "loop_lag_p99": d["reliability"]["loop_lag_ms"]["p99"],
             "workers": d["workers"],
         }
