@@ -91,9 +91,10 @@ def _wanted(line: str) -> bool:
 def own_lines(text: str) -> str:
     """The lines of the families the verdict reads, the others dropped before any parsing.
 
-    Why: a real engine's /metrics page is mostly its own families (histograms per label set); handing
-    all of it to the parser cost 95.6 ms per scrape against 12.7 ms for these lines (a real scrape,
-    issue 13), and a broken line in a family the verdict never reads must not make it "unparsable".
+    Why: an enginesim /metrics page is mostly the engine's own families (histograms per label set);
+    handing all of it to the parser cost 5.3 ms per scrape against 0.72 ms for these lines (a real
+    21.8 KB SGLang-flavour scrape after 20 requests; vLLM flavour 10.3 vs 1.4 ms, load ~3 on 2 cores),
+    and a broken line in a family the verdict never reads must not make it "unparsable" (issue 13).
     """
     return "".join(line + "\n" for line in text.splitlines() if _wanted(line))
 
