@@ -129,8 +129,8 @@ def test_every_lab_leaves_commands_logs_results_and_an_emulated_report(labs) -> 
             assert "KV Cache is allocated" in log or "GPU KV cache size" in log, lab
             # A lab that rests on time is never judged on an emulator that fell behind; one that rests
             # on counts (kv_pressure, fp8_kv) keeps its verdict and names the lag among its pitfalls.
-            assert v["realtime"] in ("ok", "degraded", "saturated"), (lab, v["realtime_reason"])
-            if v["realtime"] == "saturated" and lab in TIMED_LABS:
+            assert v["realtime"] in ("ok", "degraded", "saturated", "unknown"), (lab, v["realtime_reason"])
+            if v["realtime"] in ("saturated", "unknown") and lab in TIMED_LABS:
                 assert doc["verdict"] == "inconclusive", (lab, doc["reason"])
             assert any(
                 p.startswith(f"{v['name']}: emulated by enginesim") and v["realtime"] in p
