@@ -74,7 +74,7 @@ def test_plan_offers_the_rates_in_wall_seconds_divided_by_the_labs_time_scale() 
     assert runs[2]["argv"][runs[2]["argv"].index("--request-rate") + 1] == "5"
     assert runs[2]["workload"]["wall_request_rate"] == 5
     for bad in ("auto", "0", -1):
-        with pytest.raises(InputError, match="ENGINESIM_TIME_SCALE.*expected a fixed time scale"):
+        with pytest.raises(InputError, match=r"ENGINESIM_TIME_SCALE.*expected a fixed time scale"):
             lab_plan.build(_cfg("sglang") | {"time_scale": bad})
 
 
