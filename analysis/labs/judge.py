@@ -341,6 +341,7 @@ def judge(lab_dir: str | Path, started_at: float | None = None) -> dict[str, Any
         "verdict": result.verdict,
         "reason": tag + result.reason,
         "emulated": emulated,
+        "realtime": realtime.lab_verdict({n: (v.realtime, v.realtime_detail) for n, v in variants.items()}),
         "observations": [(o + " (emulated)") if emulated else o for o in result.observations],
         "comparisons": result.comparisons,
         "conclusion": (

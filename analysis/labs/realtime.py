@@ -96,6 +96,22 @@ def variant_verdict(
     return combined["verdict"], reason, detail
 
 
+def lab_verdict(variants: dict[str, tuple[str | None, dict[str, Any]]]) -> dict[str, Any] | None:
+    """The lab's realtime verdict: its variants' combined the same way (worst wins, a figure stands
+    only where it stands in every variant); None when no variant was emulated.
+
+    ``variants``: name -> (its verdict, its detail from variant_verdict)."""
+    parts = [
+        {"verdict": verdict, "stands": detail.get("stands") or {}, "reasons": []}
+        for verdict, detail in variants.values()
+        if verdict is not None
+    ]
+    out = emulation_verdict.combine(parts)
+    if out is None:
+        return None
+    return {"verdict": out["verdict"], "stands": out["stands"]}
+
+
 def reads_pitfall(name: str, detail: dict[str, Any]) -> str | None:
     """VERDICT_READS: a variant any of whose verdicts came from the fallback reader, naming the runs."""
     fallback = sorted(r for r, how in (detail.get("reads") or {}).items() if how == FALLBACK)

@@ -411,3 +411,14 @@ def test_each_lab_run_is_judged_from_its_own_scrapes_and_the_worst_run_wins(tmp_
     assert detail[0] == "ok" and detail[2]["reads"] == {"r1": "scrapes", "r3": realtime.FALLBACK}
     pit = realtime.reads_pitfall("v", detail[2])
     assert pit.startswith("VERDICT_READS v:") and "r3" in pit and "r1" not in pit
+
+
+def test_a_labs_realtime_verdict_combines_its_variants() -> None:
+    from analysis.labs import realtime
+
+    ok = ("ok", {"stands": {"tpot": True, "throughput": True, "ttft": True, "itl_tail": True}})
+    tail = ("degraded", {"stands": {"tpot": True, "throughput": True, "ttft": True, "itl_tail": False}})
+    got = realtime.lab_verdict({"a": ok, "b": tail, "real": (None, {})})
+    assert got == {"verdict": "degraded", "stands": tail[1]["stands"]}
+    assert realtime.lab_verdict({"a": ok, "b": ("unknown", {})})["verdict"] == "unknown"
+    assert realtime.lab_verdict({"real": (None, {})}) is None
