@@ -18,6 +18,7 @@ from module_utils import emulation_verdict
 
 SCRAPES = "scrapes"  # the run's own metrics_before.prom / metrics_after.prom
 FALLBACK = "schedule lag (fallback)"  # the server life's sched_lag_ms, analysis/evidence/honesty.py
+SERVER_LIFE = "(server life)"  # the reader's key when the variant has no run to judge
 _DETAIL_KEYS = ("verdict", "realtime_factor", "late_step_share", "reasons", "stands")
 # what still stands under a fallback verdict (it has no per-figure evidence)
 _FALLBACK_STANDS = {
@@ -76,7 +77,7 @@ def variant_verdict(
         fb = _fallback(lag)  # no run to judge (the variant never ran one): the server life's lag
         if fb is None:
             return None, "not emulated", {"runs": {}, "reads": {}}
-        return fb["verdict"], fb["reasons"][0], {"runs": {}, "reads": {"(server life)": FALLBACK}}
+        return fb["verdict"], fb["reasons"][0], {"runs": {}, "reads": {SERVER_LIFE: FALLBACK}}
     combined = emulation_verdict.combine(list(per_run.values())) or {"verdict": None, "stands": {}}
     bad = [
         f"{name}: {v['verdict']} ({'; '.join(v.get('reasons') or []) or 'no reason given'})"
@@ -117,6 +118,12 @@ def reads_pitfall(name: str, detail: dict[str, Any]) -> str | None:
     fallback = sorted(r for r, how in (detail.get("reads") or {}).items() if how == FALLBACK)
     if not fallback:
         return None
+    if fallback == [SERVER_LIFE]:
+        return (
+            f"VERDICT_READS {name}: no run with /metrics scrapes (the variant ran no load), so its realtime "
+            "verdict came from the server's schedule lag over its whole life (the fallback reader, "
+            "analysis/evidence/honesty.py)"
+        )
     return (
         f"VERDICT_READS {name}: the realtime verdict of {', '.join(fallback)} came from the server's "
         "schedule lag over its whole life (the fallback reader, analysis/evidence/honesty.py), not from "

@@ -411,6 +411,10 @@ def test_each_lab_run_is_judged_from_its_own_scrapes_and_the_worst_run_wins(tmp_
     assert detail[0] == "ok" and detail[2]["reads"] == {"r1": "scrapes", "r3": realtime.FALLBACK}
     pit = realtime.reads_pitfall("v", detail[2])
     assert pit.startswith("VERDICT_READS v:") and "r3" in pit and "r1" not in pit
+    # a variant with no run at all (fp8_kv: start-up only) is judged on its server life, and says so
+    verdict, _, detail = realtime.variant_verdict({}, {"sched_lag_ms": {"p50": 0.1, "p99": 1.0, "max": 2.0}})
+    assert verdict == "ok" and "ran no load" in realtime.reads_pitfall("kv_fp8", detail)
+    assert realtime.variant_verdict({}, None)[0] is None  # a real engine: no verdict
 
 
 def test_a_labs_realtime_verdict_combines_its_variants() -> None:
