@@ -424,15 +424,16 @@ def chunk_conclusion(
         if d is None:
             continue
         what = f"{c.get('variable') or 'the change'} ({c['treatment']} vs {c['baseline']})"
+        it = "it" if parts else "the stall"
         moved[c.get("variable") or ""] = d
         if d == "higher":
-            parts.append(f"{what} made the stall longer {a:.2f}→{b:.2f} ms ({b / a:.2f}x)")
+            parts.append(f"{what} made {it} longer {a:.2f}→{b:.2f} ms ({b / a:.2f}x)")
         elif d == "lower" and b:
-            parts.append(f"{what} cut it {a / b:.1f}x ({a:.2f}→{b:.2f} ms)")
+            parts.append(f"{what} cut {it} {a / b:.1f}x ({a:.2f}→{b:.2f} ms)")
         elif d == "lower":
-            parts.append(f"{what} removed it ({a:.2f}→{b:.2f} ms)")
+            parts.append(f"{what} removed {it} ({a:.2f}→{b:.2f} ms)")
         else:
-            parts.append(f"{what} left it within ±{margin:.0%} ({a:.2f}→{b:.2f} ms)")
+            parts.append(f"{what} left {it} within ±{margin:.0%} ({a:.2f}→{b:.2f} ms)")
     if not parts:
         return None
     said = "; ".join(parts)

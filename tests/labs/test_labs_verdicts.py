@@ -341,7 +341,8 @@ def test_chunk_conclusion_says_what_both_comparisons_showed_from_the_figures() -
     fig = _chunk(25.75, 2.4)
     fig["variants"]["chunk512_mixed"] = dict(fig["variants"]["chunk512"], max_gap_during_ms_median=2.3)
     said = V.chunk_conclusion(fig, CMP_CHUNK3, "sglang", 0.1)
-    assert "cut it 10.7x (25.75→2.40 ms)" in said and "within ±10%" in said and "back to back" not in said
+    assert "cut the stall 10.7x (25.75→2.40 ms)" in said and "left it within ±10%" in said
+    assert "back to back" not in said
     assert V.chunk_conclusion({"variants": {}}, CMP_CHUNK3, "sglang", 0.1) is None
 
 
