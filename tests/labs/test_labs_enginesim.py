@@ -193,6 +193,11 @@ def test_a_long_prefill_stalls_the_stream_and_a_smaller_step_bounds_it(labs) -> 
         assert doc["verdict"] == "not supported"
         by = {(c["baseline"], c["treatment"]): c["verdict"] for c in doc["comparisons"]}
         assert by == {("chunk8192", "chunk512"): "not supported", ("chunk512", "chunk512_mixed"): "supported"}
+        # the conclusion says in words what both comparisons showed, from the figures
+        said = doc["conclusion"]
+        assert "mixed chunk (chunk512_mixed vs chunk512) cut it" in said, said
+        assert "runs a long prompt's chunks back to back" in said, said
+        assert said in (labs["dir"] / "report.md").read_text()
     else:
         assert doc["verdict"] == "supported", doc["reason"]
 
