@@ -44,15 +44,71 @@ TTFT_LATE_SHARE_MAX = 0.025  # the emulator's own lateness (slips, late writes) 
 VERDICTS = ("ok", "degraded", "saturated", "unknown")
 
 
+# The enginesim families the verdict reads (sample names add _total / _bucket / _sum / _count).
+FAMILIES = frozenset(
+    PREFIX + name
+    for name in (
+        "time_scale",
+        "time_scale_auto",
+        "time_scale_changes",
+        "emulated_seconds",
+        "wall_seconds",
+        "slip_seconds",
+        "slips",
+        "steps",
+        "events",
+        "step_lag_steps",
+        "first_tokens",
+        "ttft_wall_seconds",
+        "ttft_late_seconds",
+    )
+)
+_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
+_COMMENTS = ("# HELP ", "# TYPE ", "# UNIT ")
+
+
+def _family(name: str) -> str:
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _known(name: str) -> bool:
+    return name in FAMILIES or _family(name) in FAMILIES
+
+
+def _wanted(line: str) -> bool:
+    """A line of one of FAMILIES (its sample or its HELP/TYPE comment)."""
+    if line.startswith(PREFIX):
+        return _known(line.split(" ", 1)[0].split("{", 1)[0])
+    if line.startswith(_COMMENTS):
+        parts = line.split(" ", 3)
+        return len(parts) > 2 and _known(parts[2])
+    return False
+
+
+def own_lines(text: str) -> str:
+    """The lines of the families the verdict reads, the others dropped before any parsing.
+
+    Why: an enginesim /metrics page is mostly the engine's own families (histograms per label set);
+    handing all of it to the parser cost 5.3 ms per scrape against 0.72 ms for these lines (a real
+    21.8 KB SGLang-flavour scrape after 20 requests; vLLM flavour 10.3 vs 1.4 ms, load ~3 on 2 cores),
+    and a broken line in a family the verdict never reads must not make it "unparsable" (issue 13).
+    """
+    return "".join(line + "\n" for line in text.splitlines() if _wanted(line))
+
+
 def parse(text: str | None) -> dict[str, object] | None:
-    """The ``enginesim:*`` samples of one scrape: plain values by sample name, histogram buckets under
-    ``(name, le)``; None when the text holds none (not an enginesim server, or no scrape)."""
+    """The ``enginesim:*`` samples of one scrape that the verdict reads (FAMILIES): plain values by
+    sample name, histogram buckets under ``(name, le)``; None when the text holds none (not an
+    enginesim server, or no scrape). Raises ValueError on a broken line of those families only."""
     if not text:
         return None
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[object, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(own_lines(text)):
         if not family.name.startswith(PREFIX):
             continue
         for s in family.samples:
@@ -161,6 +217,34 @@ def _judge(before: dict | None, after: dict | None) -> dict | None:
             "TTFT is not the emulated hardware's"
         )
     out["verdict"] = "degraded" if reasons else "ok"
+    return out
+
+
+# Worst first: a saturated part means no figure stands; an unknown part means the evidence is missing,
+# which is worse than a known degradation (nothing says which figures still hold).
+SEVERITY = ("saturated", "unknown", "degraded", "ok")
+
+
+def combine(verdicts: list[dict | None]) -> dict | None:
+    """One verdict over several parts (a lab variant's runs): the worst part's verdict wins and a figure
+    stands only where it stands in every part.
+
+    Why: a variant's figures come from all of its runs; one run the emulator could not keep up with
+    is enough to make the variant's timing untrustworthy. Parts that are None (a real engine) are
+    skipped; None when every part is.
+    """
+    parts = [v for v in verdicts if v is not None]
+    if not parts:
+        return None
+    worst = min(parts, key=lambda v: SEVERITY.index(v.get("verdict", "unknown")))
+    out: dict = {"emulated": True, "verdict": worst.get("verdict", "unknown"), "parts": len(parts)}
+    keys = ("tpot", "throughput", "ttft", "itl_tail")
+    out["stands"] = {k: all(bool((v.get("stands") or {}).get(k)) for v in parts) for k in keys}
+    out["reasons"] = [r for v in parts for r in v.get("reasons", [])]
+    rtfs = [v["realtime_factor"] for v in parts if isinstance(v.get("realtime_factor"), int | float)]
+    out["realtime_factor"] = min(rtfs) if rtfs else None
+    scales = {v.get("time_scale") for v in parts if v.get("time_scale") is not None}
+    out["time_scale"] = scales.pop() if len(scales) == 1 else None
     return out
 
 

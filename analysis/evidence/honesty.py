@@ -5,9 +5,10 @@ how late each step's events went out against their deadline (`sched_lag_ms`, p50
 `/server_info` → `enginesim` and in its shutdown line); when it falls more than 50 ms behind it
 restarts its clock, and that emulated time is lost. This module turns that evidence into a verdict.
 
-Provisional: the quick map is getting a per-case verdict from enginesim's `/metrics` with one pure
-function in `module_utils` (issue 12). Until that lands the labs read the same emulator evidence
-here, with these thresholds:
+Fallback only: a lab run is judged from its own /metrics scrapes by the quick map's judge
+(module_utils/emulation_verdict.py, through analysis/labs/realtime.py). This reader of the server
+life's schedule lag is used only for a run that has no scrapes (and then the lab's VERDICT_READS
+pitfall says so), with these thresholds:
 - saturated: the median step went out more than 5 ms late (the emulator was behind most of the time);
 - degraded: the schedule slipped at least once (max lag > 50 ms) or p99 > 20 ms;
 - ok: otherwise.

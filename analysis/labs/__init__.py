@@ -5,6 +5,7 @@
 | `definitions` | the labs' names and the question each one asks |
 | `plan` | validate variants and workload (one variable per comparison), expand the runs, write plan.json |
 | `load` | read a lab directory (plan, server logs, scrapes, results) into objects; the judge's only I/O |
+| `realtime` | each run's emulator verdict from its own scrapes (the quick map's judge), per variant |
 | `figures` | each lab's figures in emulated units (statistic and unit in every key) |
 | `verdicts` | each lab's verdict as a pure function of its figures |
 | `judge` | figures + evidence + verdict + pitfalls -> lab.json |

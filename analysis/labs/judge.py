@@ -14,7 +14,7 @@ import orjson
 
 from analysis.atomic import write_json
 from analysis.evidence import events, startup
-from analysis.labs import advanced, figures, verdicts
+from analysis.labs import advanced, figures, realtime, verdicts
 from analysis.labs.load import Variant, read_lab, read_plan
 
 LAB_SCHEMA = "quickmap.labs.lab/1"
@@ -72,6 +72,9 @@ def _pitfalls(
             )
         elif v.realtime is None and not v.failed:
             pass
+        reads = realtime.reads_pitfall(name, v.realtime_detail)
+        if reads:
+            out.append(reads)
         unchecked = [g.get("host", "?") for g in v.gpu_idle if g.get("checked") is False]
         busy = [g.get("host", "?") for g in v.gpu_idle if g.get("gpus_idle") is False]
         if busy:
@@ -312,6 +315,7 @@ def judge(lab_dir: str | Path, started_at: float | None = None) -> dict[str, Any
             "log_events": events.scan(v.server_log).as_dict(),
             "emulator": v.emulator,
             "realtime": v.realtime,
+            "realtime_runs": v.realtime_detail,
             "runs": {
                 r.name: {
                     "status": r.status,
@@ -337,8 +341,14 @@ def judge(lab_dir: str | Path, started_at: float | None = None) -> dict[str, Any
         "verdict": result.verdict,
         "reason": tag + result.reason,
         "emulated": emulated,
+        "realtime": realtime.lab_verdict({n: (v.realtime, v.realtime_detail) for n, v in variants.items()}),
         "observations": [(o + " (emulated)") if emulated else o for o in result.observations],
         "comparisons": result.comparisons,
+        "conclusion": (
+            verdicts.chunk_conclusion(fig, plan["comparisons"], engine, th["margin"])
+            if lab == "chunk_interference"
+            else None
+        ),
         "setup": _setup(plan, variants),
         "figures": fig,
         "evidence": evidence,

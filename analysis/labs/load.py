@@ -18,6 +18,7 @@ import orjson
 
 from analysis.errors import InputError
 from analysis.evidence import honesty, prom, requests
+from analysis.labs import realtime
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Variant:
     emulator: dict[str, Any] | None = None
     realtime: str | None = None
     realtime_reason: str = ""
+    realtime_detail: dict[str, Any] = field(default_factory=dict)  # per run, and which reader judged
     time_scale: float = 1.0
     notes: list[str] = field(default_factory=list)
 
@@ -162,7 +164,10 @@ def read_variant(lab_dir: Path, spec: dict[str, Any]) -> Variant:
             v.time_scale = float(v.emulator.get("time_scale", 1.0) or 1.0)
         except (TypeError, ValueError):
             v.time_scale = 1.0
-    v.realtime, v.realtime_reason = honesty.realtime_verdict(_emulated_lag(v))
+    # each run from its own scrapes (the quick map's judge); the server life's lag only as a fallback
+    v.realtime, v.realtime_reason, v.realtime_detail = realtime.variant_verdict(
+        {r.name: (r.rdir, r.ok) for r in v.runs.values()}, _emulated_lag(v)
+    )
     return v
 
 

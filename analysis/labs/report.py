@@ -91,8 +91,9 @@ def section(doc: dict[str, Any]) -> str:
     lines.append("**Observation.**")
     lines += [f"- {o}" for o in doc["observations"]] or ["- (no figures: see the conclusion)"]
     lines.append("")
+    shown = f" In words: {doc['conclusion']}." if doc.get("conclusion") else ""
     lines.append(
-        f"**Conclusion.** {doc['verdict'].capitalize()}: {doc['reason']}. "
+        f"**Conclusion.** {doc['verdict'].capitalize()}: {doc['reason']}.{shown} "
         f"This holds under exactly the setup above{' (emulated hardware)' if doc['emulated'] else ''}."
     )
     lines.append("")

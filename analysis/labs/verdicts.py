@@ -87,7 +87,8 @@ def precheck(status: dict[str, dict[str, Any]], timed: bool = True) -> Verdict |
     """Evidence that cannot be trusted ends a lab as inconclusive before any figure is read.
 
     ``status``: variant -> {"failed": reason or None, "runs_failed": [run: reason], "realtime": ok|degraded|
-    saturated|None, "realtime_reason": str}; ``timed``: the lab's verdict rests on time (TIMED_LABS).
+    saturated|unknown|None, "realtime_reason": str}; ``timed``: the lab's verdict rests on time
+    (TIMED_LABS): there a saturated or unknown emulator makes the lab inconclusive, never supported.
     """
     problems = []
     for name, st in status.items():
@@ -97,6 +98,10 @@ def precheck(status: dict[str, dict[str, Any]], timed: bool = True) -> Verdict |
             problems.append(f"variant {name}: run {run}")
         if timed and st.get("realtime") == "saturated":
             problems.append(f"variant {name}: the emulator was saturated ({st.get('realtime_reason', '')})")
+        if timed and st.get("realtime") == "unknown":
+            # an emulated variant whose timing could not be checked proves nothing about time
+            why = st.get("realtime_reason", "")
+            problems.append(f"variant {name}: the emulator's realtime verdict is unknown ({why})")
     if problems:
         return Verdict(INCONCLUSIVE, "; ".join(problems))
     return None
@@ -396,6 +401,50 @@ def chunk_interference(
     )
     verdict, reason = _combine(cmp, extra)
     return Verdict(verdict, reason, obs, cmp)
+
+
+def chunk_conclusion(
+    fig: dict[str, Any], comps: list[dict[str, Any]], engine: str, margin: float
+) -> str | None:
+    """What chunk_interference's comparisons showed, in words, from the figures only.
+
+    Why: the verdict's reason lists each comparison; a reader wants the mechanism's story, e.g. "prefill
+    chunk size (chunk512) made the stall longer 25.75→57.86 ms (2.25x); mixed chunk (chunk512_mixed)
+    cut it 12.6x (57.86→4.58 ms)". When smaller chunks alone did not shorten the stall on SGLang and
+    mixed chunk did, it says why (SGLang without --enable-mixed-chunk runs a long prompt's chunks back
+    to back). None when no comparison has both figures.
+    """
+    vs = fig.get("variants") or {}
+    parts = []
+    moved: dict[str, str] = {}
+    for c in comps:
+        a = (vs.get(c["baseline"]) or {}).get("max_gap_during_ms_median")
+        b = (vs.get(c["treatment"]) or {}).get("max_gap_during_ms_median")
+        d = direction(a, b, margin)
+        if d is None:
+            continue
+        what = f"{c.get('variable') or 'the change'} ({c['treatment']} vs {c['baseline']})"
+        it = "it" if parts else "the stall"
+        moved[c.get("variable") or ""] = d
+        if d == "higher":
+            parts.append(f"{what} made {it} longer {a:.2f}→{b:.2f} ms ({b / a:.2f}x)")
+        elif d == "lower" and b:
+            parts.append(f"{what} cut {it} {a / b:.1f}x ({a:.2f}→{b:.2f} ms)")
+        elif d == "lower":
+            parts.append(f"{what} removed {it} ({a:.2f}→{b:.2f} ms)")
+        else:
+            parts.append(f"{what} left {it} within ±{margin:.0%} ({a:.2f}→{b:.2f} ms)")
+    if not parts:
+        return None
+    said = "; ".join(parts)
+    chunk_alone = moved.get("prefill chunk size")
+    if engine == "sglang" and chunk_alone in ("higher", "same") and moved.get("mixed chunk") == "lower":
+        said += (
+            ". Smaller chunks alone did not bound the stall and mixed chunk did: SGLang without "
+            "--enable-mixed-chunk runs a long prompt's chunks back to back, the stream's decode waiting "
+            "behind all of them"
+        )
+    return said
 
 
 def token_budget(

@@ -65,3 +65,49 @@ def test_meta_json_and_summary_get_the_same_verdict(tmp_path: Path) -> None:
     assert meta["realtime_factor"] == row["realtime_factor"] and row["time_scale"] == 7.5
     assert row["scale_set_by"] == "itl"
     json.dumps(meta, allow_nan=False)  # meta.json takes it as is
+
+
+def test_combine_worst_part_wins_and_a_figure_stands_only_where_every_part_says_so() -> None:
+    from module_utils.emulation_verdict import combine
+
+    ok = case_verdict(ZERO, scrape(10.0, 2.0, 20.1, 1000, late=5))
+    tail = case_verdict(ZERO, scrape(10.0, 2.0, 20.1, 1000, late=80))  # degraded: itl_tail falls
+    slow = case_verdict(ZERO, scrape(10.0, 2.0, 25.0, 1000))  # saturated
+    unknown = case_verdict(ZERO, ZERO)  # no step ran
+    assert combine([ok, ok])["verdict"] == "ok" and combine([ok, ok])["stands"]["itl_tail"] is True
+    both = combine([ok, tail])
+    assert both["verdict"] == "degraded" and both["stands"] == {
+        "tpot": True,
+        "throughput": True,
+        "ttft": True,
+        "itl_tail": False,
+    }
+    assert combine([ok, tail, unknown])["verdict"] == "unknown"
+    worst = combine([unknown, tail, slow, ok])
+    assert worst["verdict"] == "saturated" and not any(worst["stands"].values())
+    assert worst["realtime_factor"] == pytest.approx(0.8) and worst["parts"] == 4
+    assert combine([None, None]) is None and combine([None, ok])["verdict"] == "ok"
+
+
+def test_filtered_parse_keeps_only_the_families_the_verdict_reads() -> None:
+    from module_utils.emulation_verdict import own_lines, parse
+
+    text = scrape(10.0, 2.0, 20.1, 1000, late=5)
+    text += "# HELP enginesim:step_lag_seconds x\n# TYPE enginesim:step_lag_seconds histogram\n"
+    text += 'enginesim:step_lag_seconds_bucket{le="+Inf"} 3.0\n'
+    kept = own_lines(text)
+    assert "sglang:" not in kept and "step_lag_seconds" not in kept
+    assert "enginesim:steps_total 1000.0" in kept and 'enginesim:step_lag_steps_bucket{le="0.1"}' in kept
+    got = parse(text)
+    assert got["enginesim:steps_total"] == 1000 and got[("enginesim:step_lag_steps_bucket", 0.1)] == 995
+    assert not any("step_lag_seconds" in str(k) for k in got)
+
+
+def test_a_broken_line_outside_the_enginesim_families_does_not_make_the_verdict_unparsable() -> None:
+    """Behaviour change (issue 13): the whole page was parsed, so any broken line raised ValueError."""
+    broken = 'sglang:e2e_request_latency_seconds_bucket{le="1.0" 3 oops\n'
+    v = case_verdict(ZERO + broken, scrape(10.0, 2.0, 20.1, 1000, late=5) + broken)
+    assert v["verdict"] == "ok"
+    # a broken line in a family the verdict reads is still refused, never guessed around
+    with pytest.raises(ValueError):
+        case_verdict(ZERO, scrape(10.0, 2.0, 20.1, 1000) + "enginesim:steps_total 12 oops\n")

@@ -13,6 +13,7 @@ import json
 import sys
 
 import pytest
+import yaml
 from labs_helpers import DEFAULTS, REPO
 from test_labs_check_mode import playbook
 from test_labs_enginesim import fail_text, run_labs
@@ -36,7 +37,9 @@ def advlabs(request, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp(f"advlabs_{engine}")
     extra = {"labs_workloads": _workloads(), "labs_tp_sizes": [1, 2, 8], "labs_tp_dp_size": 2}
     if engine == "vllm":
-        extra["labs_lab_engine_env"] = {"quant_matrix": {"VLLM_TEST_FORCE_FP8_MARLIN": "1"}}
+        # the inventory's per-lab environments (tp_scaling's time scale) kept, the planted fallback added
+        env = yaml.safe_load((REPO / "inventory/local/group_vars/all.yml").read_text())["labs_lab_engine_env"]
+        extra["labs_lab_engine_env"] = env | {"quant_matrix": {"VLLM_TEST_FORCE_FP8_MARLIN": "1"}}
     proc, labs_dir = run_labs(tmp, engine, ",".join(LABS), f"adv_{engine}", **extra)
     assert proc.returncode == 0, fail_text(proc)
     docs = {lab: json.loads((labs_dir / lab / "lab.json").read_text()) for lab in LABS}

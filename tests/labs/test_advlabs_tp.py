@@ -65,6 +65,19 @@ def test_plan_one_sweep_per_tp_size_with_the_top_rate_profiled(engine) -> None:
     assert runs[2]["argv"][runs[2]["argv"].index("--request-rate") + 1] == "20"
 
 
+def test_plan_offers_the_rates_in_wall_seconds_divided_by_the_labs_time_scale() -> None:
+    """At time scale 4 the emulator takes 4 wall seconds per emulated second: a 20 req/s point of the
+    emulated hardware is sent at 5 req/s, and the run keeps its emulated rate for the figures."""
+    cfg = _cfg("sglang") | {"time_scale": "4"}
+    runs = lab_plan.build(cfg)["variants"][0]["runs"]
+    assert runs[2]["name"] == "r20" and runs[2]["workload"]["request_rate"] == 20
+    assert runs[2]["argv"][runs[2]["argv"].index("--request-rate") + 1] == "5"
+    assert runs[2]["workload"]["wall_request_rate"] == 5
+    for bad in ("auto", "0", -1):
+        with pytest.raises(InputError, match=r"ENGINESIM_TIME_SCALE.*expected a fixed time scale"):
+            lab_plan.build(_cfg("sglang") | {"time_scale": bad})
+
+
 def test_plan_refuses_a_bad_rate_list() -> None:
     cfg = _cfg("sglang")
     cfg["workload"]["rates"] = [5, 0]

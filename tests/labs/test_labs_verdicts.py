@@ -8,10 +8,12 @@ a missing figure) are each forced.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 from analysis.labs import verdicts as V
 from analysis.labs.judge import prefix_chat_pitfalls, sweep_flip_pitfalls
 
+REPO = Path(__file__).resolve().parents[2]
 TH = V.thresholds(None)
 CMP_EAGER = [
     {"baseline": "graph", "treatment": "eager", "variable": "CUDA graphs", "expect": "higher", "differs": {}}
@@ -313,3 +315,115 @@ def test_a_concurrency_the_graph_verdict_does_not_read_is_flagged_when_it_goes_t
     assert "within ±10% of" in sweep_flip_pitfalls(even, comps, 0.1)[0]
     consistent = {"variants": {"graph": rows(0.46, 0.42, 0.8), "eager": rows(1.36, 1.43, 1.6)}}
     assert sweep_flip_pitfalls(consistent, comps, 0.1) == []
+
+
+def test_an_unknown_emulator_verdict_makes_a_timed_lab_inconclusive_never_supported() -> None:
+    unknown = {"a": {"failed": None, "runs_failed": [], "realtime": "unknown", "realtime_reason": "no step"}}
+    got = V.precheck(unknown, timed=True)
+    assert got is not None and got.verdict == V.INCONCLUSIVE and "unknown (no step)" in got.reason
+    assert V.precheck(unknown, timed=False) is None  # counters and capacity lines do not rest on time
+
+
+CMP_CHUNK3 = [
+    {"baseline": "chunk8192", "treatment": "chunk512", "variable": "prefill chunk size", "expect": "lower"},
+    {"baseline": "chunk512", "treatment": "chunk512_mixed", "variable": "mixed chunk", "expect": "lower"},
+]
+
+
+def test_chunk_conclusion_says_what_both_comparisons_showed_from_the_figures() -> None:
+    fig = _chunk(25.75, 57.86)
+    fig["variants"]["chunk512_mixed"] = dict(fig["variants"]["chunk512"], max_gap_during_ms_median=4.58)
+    said = V.chunk_conclusion(fig, CMP_CHUNK3, "sglang", 0.1)
+    assert "made the stall longer 25.75→57.86 ms (2.25x)" in said
+    assert "cut it 12.6x (57.86→4.58 ms)" in said
+    assert "runs a long prompt's chunks back to back" in said
+    # when smaller chunks alone did shorten it, the explanation is not claimed
+    fig = _chunk(25.75, 2.4)
+    fig["variants"]["chunk512_mixed"] = dict(fig["variants"]["chunk512"], max_gap_during_ms_median=2.3)
+    said = V.chunk_conclusion(fig, CMP_CHUNK3, "sglang", 0.1)
+    assert "cut the stall 10.7x (25.75→2.40 ms)" in said and "left it within ±10%" in said
+    assert "back to back" not in said
+    assert V.chunk_conclusion({"variants": {}}, CMP_CHUNK3, "sglang", 0.1) is None
+
+
+def _lab_with_one_run(tmp: Path, before: str, after: str | None) -> Path:
+    rdir = tmp / "v" / "runs" / "r1"
+    rdir.mkdir(parents=True)
+    (rdir / "metrics_before.prom").write_text(before)
+    if after is not None:
+        (rdir / "metrics_after.prom").write_text(after)
+    (rdir / "meta.json").write_text('{"status": "completed"}')
+    return rdir
+
+
+def test_one_judge_the_quick_map_case_and_a_lab_run_get_the_same_verdict(tmp_path: Path) -> None:
+    """Issue 13 item 1: the same two scrapes give the same verdict in meta.json (the bench_case action),
+    summary.csv (analysis) and a lab variant (analysis/labs/load.py)."""
+    import importlib.util
+
+    from analysis import emulation
+    from analysis.labs.load import read_variant
+    from tests.enginesim.es_prom import ZERO, scrape
+
+    spec = importlib.util.spec_from_file_location("qm_bench_case_j", REPO / "action_plugins/bench_case.py")
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    variant = {"name": "v", "args": [], "runs": [{"name": "r1", "workload": {}}]}
+    for i, (before, after) in enumerate(
+        [
+            (ZERO, scrape(10.0, 2.0, 20.1, 1000, late=5)),  # ok
+            (ZERO, scrape(10.0, 2.0, 20.1, 1000, late=80)),  # degraded
+            (ZERO, scrape(10.0, 2.0, 25.0, 1000)),  # saturated
+            (ZERO, None),  # unknown: no after scrape
+        ]
+    ):
+        lab = tmp_path / str(i)
+        rdir = _lab_with_one_run(lab, before, after)
+        meta = action._emulation(rdir)
+        row: dict = {}
+        emulation.attach(row, rdir)
+        v = read_variant(lab, variant)
+        assert meta["verdict"] == row["emulation_verdict"] == v.realtime, (i, meta, row, v.realtime)
+        assert v.realtime_detail["reads"] == {"r1": "scrapes"}
+
+
+def test_each_lab_run_is_judged_from_its_own_scrapes_and_the_worst_run_wins(tmp_path: Path) -> None:
+    from analysis.labs import realtime
+    from analysis.labs.load import read_variant
+    from tests.enginesim.es_prom import ZERO, scrape
+
+    _lab_with_one_run(tmp_path, ZERO, scrape(10.0, 2.0, 20.1, 1000, late=5))
+    slow = tmp_path / "v" / "runs" / "r2"
+    slow.mkdir()
+    (slow / "metrics_before.prom").write_text(ZERO)
+    (slow / "metrics_after.prom").write_text(scrape(10.0, 2.0, 25.0, 1000))
+    bare = tmp_path / "v" / "runs" / "r3"  # no scrapes: judged by the fallback reader, and said so
+    bare.mkdir()
+    runs = [{"name": n, "workload": {}} for n in ("r1", "r2", "r3")]
+    v = read_variant(tmp_path, {"name": "v", "args": [], "runs": runs})
+    assert v.realtime == "saturated" and "r2: saturated" in v.realtime_reason
+    assert v.realtime_detail["runs"]["r1"]["verdict"] == "ok"
+    assert v.realtime_detail["reads"] == {"r1": "scrapes", "r2": "scrapes"}  # r3 did not complete
+    # a completed run without scrapes on an emulated server falls back to the schedule lag, and says so
+    detail = realtime.variant_verdict(
+        {"r1": (tmp_path / "v" / "runs" / "r1", True), "r3": (bare, True)},
+        {"sched_lag_ms": {"p50": 0.1, "p99": 1.0, "max": 2.0}},
+    )
+    assert detail[0] == "ok" and detail[2]["reads"] == {"r1": "scrapes", "r3": realtime.FALLBACK}
+    pit = realtime.reads_pitfall("v", detail[2])
+    assert pit.startswith("VERDICT_READS v:") and "r3" in pit and "r1" not in pit
+    # a variant with no run at all (fp8_kv: start-up only) is judged on its server life, and says so
+    verdict, _, detail = realtime.variant_verdict({}, {"sched_lag_ms": {"p50": 0.1, "p99": 1.0, "max": 2.0}})
+    assert verdict == "ok" and "ran no load" in realtime.reads_pitfall("kv_fp8", detail)
+    assert realtime.variant_verdict({}, None)[0] is None  # a real engine: no verdict
+
+
+def test_a_labs_realtime_verdict_combines_its_variants() -> None:
+    from analysis.labs import realtime
+
+    ok = ("ok", {"stands": {"tpot": True, "throughput": True, "ttft": True, "itl_tail": True}})
+    tail = ("degraded", {"stands": {"tpot": True, "throughput": True, "ttft": True, "itl_tail": False}})
+    got = realtime.lab_verdict({"a": ok, "b": tail, "real": (None, {})})
+    assert got == {"verdict": "degraded", "stands": tail[1]["stands"]}
+    assert realtime.lab_verdict({"a": ok, "b": ("unknown", {})})["verdict"] == "unknown"
+    assert realtime.lab_verdict({"real": (None, {})}) is None
