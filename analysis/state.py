@@ -21,6 +21,7 @@ from analysis.errors import InputError
 from analysis.rawload import Loaded, all_finite, load_result, load_sglang_summary
 from analysis.values import as_int
 from module_utils.bench_file import detect_format, summarize
+from module_utils.bench_node import healthy
 from module_utils.verdicts import judge_case
 
 try:
@@ -392,18 +393,6 @@ def _tail(path: Path | None, limit: int = 4 << 20) -> str:
         return fh.read().decode("utf-8", "replace")
 
 
-def _healthy(url: str) -> bool:
-    import urllib.error
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # our own server: no proxy
-    try:
-        with opener.open(url, timeout=5) as resp:
-            return 200 <= resp.status < 300
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def classify_failure(
     case_dir: str | Path,
     server_log: str | Path | None,
@@ -422,7 +411,7 @@ def classify_failure(
     if m := re.search(_OOM, server_text) or re.search(_OOM, bench_text):
         return "OOM", f"log says {m.group(0)!r}"
     if server_alive is None and health_url:
-        server_alive = _healthy(health_url)
+        server_alive = healthy(health_url)
     if server_alive is False:
         return "SERVER_DEAD", f"{health_url or 'the server'} did not answer 2xx"
     if server_alive is None and (m := re.search(_DEAD, server_text)):

@@ -60,7 +60,8 @@ def _utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"  # noqa: UP017
 
 
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
+    """Whether our own server answers its health URL with 2xx (never through a proxy)."""
     import urllib.error  # only after a failure: keeps the start-up short
     import urllib.request
 
@@ -249,5 +250,5 @@ def run_case(p: dict, check_mode: bool = False) -> dict:
     if ran["timed_out"]:
         result.update(passed=False, msg=f"{case_dir}: {limit_message(p, ran['limit'])}; {result['msg']}")
     if not result["passed"] and p["health_url"]:
-        result["server_alive"] = _healthy(p["health_url"])
+        result["server_alive"] = healthy(p["health_url"])
     return result
