@@ -92,6 +92,8 @@ SLOW_UNITS = (
     "tests/collection/test_sanity.py",
     "tests/labs/test_labs_rig.py",
     "tests/ansible/test_vllm_flow.py",
+    "tests/labs/test_pd_disagg_lab.py",
+    "tests/labs/test_pd_disagg_rig.py",
     "tests/labs/test_advlabs_enginesim.py[vllm]",
     "tests/labs/test_advlabs_enginesim.py[sglang]",
     "tests/rig/test_rig_map.py::test_worker_killed_mid_case_then_resume",
