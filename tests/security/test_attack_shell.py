@@ -54,7 +54,13 @@ elif tool == "docker":
 """
 
 
-LAB_SCRIPTS = {"run.sh", "evidence.sh", "accuracy.sh"}  # roles/labs: checked on their own below
+LAB_SCRIPTS = {
+    "run.sh",
+    "evidence.sh",
+    "accuracy.sh",
+    "evidence_pd.sh",
+    "fault_pd.sh",
+}  # roles/labs: checked on their own below
 
 
 def _stubs(bin_dir: Path) -> None:
@@ -137,7 +143,15 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         "calibrate_docker_extra_opts": [HOSTILE],
         "calibrate_timeout_s": 60,
         "labs_lab": HOSTILE,
-        "labs_variant": {"name": HOSTILE},
+        "labs_variant": {"name": HOSTILE, "fault": {"argv": ["loadgen", "--model", HOSTILE], "after_s": 0}},
+        "labs_timeout_s": 1,
+        # pd_disagg: both sides scraped beside the router (a side's name and address are hostile too)
+        "labs_extra_scrapes": [{"name": HOSTILE, "base": f"http://{HOSTILE}:30001"}],
+        "_labs_pd_sides_placed": [
+            {"name": "prefill", "base": f"http://{HOSTILE}:30001"},
+            {"name": "decode", "base": f"http://{HOSTILE}:30002"},
+        ],
+        "engine_runtime": HOSTILE,
         "labs_run": {
             "name": HOSTILE,
             "rel": f"run-{HOSTILE}",
@@ -171,10 +185,28 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     hostile["render_templates"] = [{"src": str(t), "name": t.name[: -len(".j2")]} for t in templates]
     ev = tmp_path / "ev.yml"
     ev.write_text(yaml.safe_dump(hostile))
+    # evidence_pd.sh.j2 reads the nodes group's hostvars (each side's start record and liveness answer)
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "nodes": {
+                    "hosts": {
+                        "localhost": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                        }
+                    }
+                }
+            }
+        )
+    )
     rendered = subprocess.run(
         [
             str(VENV_BIN / "ansible-playbook"),
             str(Path(__file__).with_name("render_templates.yml")),
+            "-i",
+            str(inventory),
             "-e",
             f"@{ev}",
         ],
@@ -201,9 +233,11 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
         HF_TOKEN="hf-secret-value",
         QUICKMAP_SECRET_API_KEY=HOSTILE,
     )
-    for script in sorted(out.iterdir()):
+    runs = [(script, str(tmp_path / "server.log")) for script in sorted(out.iterdir())]
+    runs += [(out / "fault_pd.sh", "start"), (out / "fault_pd.sh", "wait")]
+    for script, arg in runs:
         proc = subprocess.run(
-            ["bash", str(script), str(tmp_path / "server.log")],
+            ["bash", str(script), arg],
             cwd=tmp_path,
             env=dict(env, QM_SCRIPT=script.name),
             capture_output=True,
@@ -229,7 +263,11 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     def after(argv: list[str], flag: str) -> str:
         return argv[argv.index(flag) + 1]
 
-    [engine] = [c["argv"] for c in seen if c["tool"] == "setsid" and c["script"] not in ("run_router.sh",)]
+    [engine] = [
+        c["argv"]
+        for c in seen
+        if c["tool"] == "setsid" and c["script"] not in ("run_router.sh", "fault_pd.sh")
+    ]
     assert engine[:3] == ["nohup", HOSTILE, HOSTILE]
     for flag in (
         "--model-path",
@@ -288,3 +326,14 @@ def test_every_shell_template_quotes_every_hostile_value(tmp_path: Path) -> None
     lab_curls = [c["argv"] for c in seen if c["script"] in LAB_SCRIPTS and c["tool"] == "curl"]
     assert lab_curls and all(any(w.startswith(f"http://{HOSTILE}:") for w in argv) for argv in lab_curls)
     assert Path(results / "labs" / HOSTILE / HOSTILE / "server_alive.json").is_file()
+    # The P/D fault run's client (started under setsid through the router) and its fault record.
+    [fault_client] = [c["argv"] for c in seen if c["script"] == "fault_pd.sh" and c["tool"] == "setsid"]
+    assert fault_client[-3:] == ["loadgen", "--model", HOSTILE], fault_client
+    assert (
+        json.loads((results / "labs" / HOSTILE / HOSTILE / "fault" / "fault.json").read_text())["after_s"]
+        == 0
+    )
+    # evidence_pd.sh (after evidence.sh) wrote the runtime into server_alive.json as data, unchanged
+    assert (
+        f'"runtime": "{HOSTILE}"' in (results / "labs" / HOSTILE / HOSTILE / "server_alive.json").read_text()
+    )
