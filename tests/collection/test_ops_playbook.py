@@ -21,7 +21,6 @@ import yaml
 from conftest import REPO, Built
 
 sys.path.insert(0, str(REPO))
-from tests.rig import procs
 from tests.rig.conftest import ansible, rig  # noqa: F401  (the rig's session fixtures)
 from tests.rig.core import VENV_PYTHON, Rig, RigHost, make_hca
 from tests.rig.inventory import host_overrides
@@ -91,7 +90,7 @@ def gate(host: RigHost, run_id: str) -> dict:
 def assert_stopped_with_evidence(on: Rig, run_id: str, since: float) -> None:
     for host in on.hosts:
         assert not [s for s in host.containers(include_removed=False) if s["status"] == "running"], host.name
-        assert not [pid for pid in host.engine_pids() if procs.alive(pid)], host.name
+        assert not host.live_engine_pids(), host.name
         removes = [c for c in host.docker_calls() if c["argv"][1:2] == ["rm"] and c["time"] >= since]
         assert removes and removes[-1]["argv"][-1] == "ops-sglang", host.docker_calls()[-3:]
         assert (host.work_dir / run_id / "server" / f"{host.name}.start1.inspect.json").is_file()

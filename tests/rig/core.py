@@ -108,6 +108,29 @@ class RigHost:
                 pids += [rec["pid"], rec["supervisor_pid"]]
         return pids
 
+    def live_engine_pids(self) -> list[int]:
+        """Recorded engine/supervisor PIDs that are still alive AND still an engine or its shim: PIDs wrap
+        (at 32,768 here) during a long suite, so a bare recorded PID may name someone else's process."""
+        live = []
+        for pid, start in self.engine_pid_starts():
+            same = start is None or start == procs.start_ticks(pid)
+            if same and procs.alive(pid) and is_engine(procs.cmdline(pid)):
+                live.append(pid)
+        return live
+
+    def engine_pid_starts(self) -> list[tuple[int, int | None]]:
+        """(PID, start ticks) of every engine/supervisor the shim recorded (start None: not recorded)."""
+        pids_file = self.docker_home / "pids.jsonl"
+        if not pids_file.exists():
+            return []
+        out: list[tuple[int, int | None]] = []
+        for line in pids_file.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                out.append((rec["pid"], rec.get("pid_start")))
+                out.append((rec["supervisor_pid"], rec.get("supervisor_start")))
+        return out
+
 
 @dataclass
 class Rig:
@@ -326,8 +349,7 @@ class Rig:
         engine_pids = []
         for host in self.hosts:
             for pid in host.engine_pids():
-                argv = " ".join(procs.cmdline(pid))
-                if "enginesim" in argv or "docker_shim" in argv:
+                if is_engine(procs.cmdline(pid)):
                     engine_pids.append(pid)
         procs.terminate(engine_pids, grace_s=2.0)
         for host in self.hosts:
@@ -469,3 +491,9 @@ def unavailable_reason() -> str | None:
 def main_python() -> str:
     """The interpreter the tests run ansible with (the project's venv)."""
     return str(VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable))
+
+
+def is_engine(argv: list[str]) -> bool:
+    """Whether a process's argv is enginesim or the docker shim that supervises it."""
+    joined = " ".join(argv)
+    return "enginesim" in joined or "docker_shim" in joined

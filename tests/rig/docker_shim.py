@@ -455,7 +455,9 @@ def supervise(name: str) -> int:
     write_json(state_file, state)
     pids_file = home() / "pids.jsonl"
     with open(pids_file, "a") as fh:
-        fh.write(json.dumps({"name": name, "pid": proc.pid, "supervisor_pid": os.getpid()}) + "\n")
+        rec = {"name": name, "pid": proc.pid, "supervisor_pid": os.getpid()}
+        rec.update(pid_start=start_ticks(proc.pid), supervisor_start=start_ticks(os.getpid()))
+        fh.write(json.dumps(rec) + "\n")
     signal.signal(signal.SIGTERM, lambda *_: None)  # the engine's exit, not ours, ends the container
     code = proc.wait()
     state = json.loads(state_file.read_text())
@@ -876,6 +878,15 @@ def gpu_calibration(gpus: str, shim_home: str, argv: list[str]) -> int:
     calprofile.write_atomic(os.path.join(ns.out, "profile.json"), calprofile.dumps(doc))
     print(calmain.summary_table(raw, doc), flush=True)
     return 0
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` (stat field 22): with the PID it names one process, even after PIDs wrap."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,16 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def start_ticks(pid: int) -> int | None:
+    """Start time of `pid` in clock ticks after boot (stat field 22); None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
 def cmdline(pid: int) -> list[str]:
     """The argv of `pid`, or [] when it is gone."""
     try:

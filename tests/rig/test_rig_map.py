@@ -99,7 +99,7 @@ def live_containers(rig: Rig) -> list[str]:
 
 def engines_alive(rig: Rig) -> list[int]:
     """Engine PIDs recorded by the shims that are still alive."""
-    return [pid for h in rig.hosts for pid in h.engine_pids() if procs.alive(pid)]
+    return [pid for h in rig.hosts for pid in h.live_engine_pids()]
 
 
 def env_pairs(argv: list[str]) -> dict[str, str]:
