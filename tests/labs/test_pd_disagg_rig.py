@@ -103,3 +103,13 @@ def test_pd_disagg_prefill_on_worker_decode_and_router_on_head(rig, ansible, tmp
         assert host.live_engine_pids() == [], host.name
     router = json.loads(next((ldir / "pd" / "server" / "router").glob("*.server.json")).read_text())
     assert router["pid"] and not alive(int(router["pid"]))
+
+    # --check on the same placement prints the run scripts with each side at the host that runs it: the
+    # prefill's scrape goes to the worker's address, never to the head's port of a side it does not run
+    checked = ansible.playbook(
+        "labs.yml", "--tags", "pd_disagg", "--check", "-e", f"@{ev}", "-e", "run_id=pd_rig_check", timeout=600
+    )
+    assert checked.returncode == 0, "\n".join(checked.stdout.splitlines()[-60:])
+    assert f"http://{worker.address}:30100/metrics" in checked.stdout
+    assert f"http://{head.address}:30100/metrics" not in checked.stdout
+    assert "127.0.0.1:30100/metrics" not in checked.stdout
