@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "loadgen"))
 
 from fakeserver import FakeServer
 
+from tests.rig.procs import alive
+
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK_BIN = REPO / ".venv" / "bin" / "ansible-playbook"
 CONNECTION_PLUGINS = REPO / "tests" / "modules" / "connection_plugins"
@@ -49,14 +51,6 @@ PLAY = """
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def _clients(marker: str) -> list[int]:
     """Live processes whose command line holds ``marker`` (loadgen and its forked workers)."""
     found = []
@@ -68,7 +62,7 @@ def _clients(marker: str) -> list[int]:
                 argv = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
         except OSError:
             continue
-        if marker in argv and "bash" not in argv.split(" ", 1)[0] and _alive(int(name)):
+        if marker in argv and "bash" not in argv.split(" ", 1)[0] and alive(int(name)):
             found.append(int(name))
     return sorted(found)
 
@@ -123,7 +117,7 @@ def test_ctrl_c_mid_case_leaves_no_loadgen_or_worker(tmp_path: Path, pyz: Path, 
             os.killpg(play.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground group
             play.wait(timeout=60)
             gone = _wait_for(
-                lambda: not any(_alive(pid) for pid in running) and not _clients(str(out_file)), 15
+                lambda: not any(alive(pid) for pid in running) and not _clients(str(out_file)), 15
             )
         finally:
             if play.poll() is None:

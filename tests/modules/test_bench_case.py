@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.modules.test_bench_result import loadgen_result
+from tests.rig.procs import alive
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK_BIN = REPO / ".venv" / "bin" / "ansible-playbook"
@@ -361,14 +362,6 @@ def test_a_stop_ends_the_client_that_timeout_put_in_a_group_of_its_own(run, tmp_
     assert status == "fail" and res["limit"] == "safety_limit"
     client = int((tmp_path / "client.pid").read_text())
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _alive(client):
+    while time.monotonic() < deadline and alive(client):
         time.sleep(0.05)
-    assert not _alive(client), f"client {client} (timeout's own process group) outlived the stop"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    assert not alive(client), f"client {client} (timeout's own process group) outlived the stop"
