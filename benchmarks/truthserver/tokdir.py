@@ -12,9 +12,9 @@ directory through ``tokenizer_config.json`` (``PreTrainedTokenizerFast``).
 
 from __future__ import annotations
 
-import json
-import os
 import sys
+
+from enginesim.tokenizer_dir import write_dir
 
 from .words import stream_words
 
@@ -41,31 +41,8 @@ def build(out_dir: str) -> dict[str, int]:
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with single spaces
     for s in SPECIALS:
         tok.add_special_tokens([s])
-    os.makedirs(out_dir, exist_ok=True)
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
     special = {"unk_token": "[UNK]", "pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": 1 << 20,
-        "clean_up_tokenization_spaces": False,
-        "chat_template": "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}",
-        **special,
-    }
-    files = {
-        "tokenizer_config.json": config,
-        "special_tokens_map.json": special,
-        # some clients read the model config for the context length
-        "config.json": {
-            "model_type": "llama",
-            "architectures": ["LlamaForCausalLM"],
-            "vocab_size": len(vocab),
-            "max_position_embeddings": 1 << 20,
-        },
-    }
-    for name, obj in files.items():
-        with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1)
+    write_dir(out_dir, tok, special, len(vocab))
     return vocab
 
 
