@@ -12,6 +12,7 @@ round trip).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -26,12 +27,12 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 try:
-    from analysis import state
+    from analysis import atomic, state
     from analysis.atomic import read_json_object
     from module_utils import bench_node, emulation_verdict
 except ImportError:  # running from a checkout whose package is not installed: use the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from analysis import state
+    from analysis import atomic, state
     from analysis.atomic import read_json_object
     from module_utils import bench_node, emulation_verdict
 
@@ -90,7 +91,8 @@ def _emulation(case_dir: Path) -> dict | None:
 # file attributes of a result's `path` (the result file's owner, mode, size...): nothing reads them,
 # and the in-process path has none, so they go too (one result either way).
 _PATH_INFO = ("uid", "gid", "owner", "group", "mode", "state", "size", "secontext")
-_DROP = ("invocation", "_ansible_no_log", "_ansible_parsed", "changed", "failed", *_PATH_INFO)
+# (files: the case files the module brought back inline, written to the controller case dir, not logged)
+_DROP = ("invocation", "_ansible_no_log", "_ansible_parsed", "changed", "failed", "files", *_PATH_INFO)
 
 
 class ActionModule(ActionBase):
@@ -120,6 +122,8 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(f"case {label}: cannot write {ctrl_dir}/meta.json: {exc}") from exc
 
         module_args = {k: args[k] for k in _MODULE_ARGS if args[k] is not None}
+        if not args["node_is_controller"]:  # the case files come back with the module's answer
+            module_args["bring"] = [args["result_file"], "bench.log", *_EMULATION_FILES, *_REFERENCE_FILES]
         if self._in_process_ok():
             result["node_side"] = "in_process"
             ran = _run_in_process(module_args)
@@ -143,7 +147,7 @@ class ActionModule(ActionBase):
                 case_failed={"rel": label, "error_type": "INTERRUPTED", "reason": closed},
             )
         elif ran.get("passed") and not ran.get("failed"):
-            self._bring(args, [args["result_file"], *_EMULATION_FILES, *_REFERENCE_FILES])
+            self._bring(args, ran, [args["result_file"], "bench.log", *_EMULATION_FILES, *_REFERENCE_FILES])
             if "started_at" in ran:
                 final_meta.update(started_at=ran["started_at"], ended_at=ran["ended_at"])
             if args["min_output_fraction"] != 1.0:  # resume and summarize judge by the same rule
@@ -187,23 +191,37 @@ class ActionModule(ActionBase):
             return f"closed as INTERRUPTED while it ran ({meta.get('reason')}); left as it is"
         return None
 
-    def _bring(self, args: dict, names: list[str]) -> list[str]:
-        """Fetch case files from a remote head into the controller case dir; missing ones are skipped."""
+    def _bring(self, args: dict, ran: dict, names: list[str]) -> list[str]:
+        """Bring case files from a remote head into the controller case dir: those the module returned
+        inline are written, larger ones fetched, absent ones skipped (named in the returned problems);
+        the server log (outside the case dir) is fetched."""
         if args["node_is_controller"]:
             return []
+        files = ran.get("files") or {}
+        inline, large = files.get("inline") or {}, set(files.get("large") or [])
+        ctrl = args["controller_case_dir"]
         problems = []
         for name in names:
+            if name in inline:
+                try:
+                    atomic.write_bytes(os.path.join(ctrl, name), base64.b64decode(inline[name]))
+                except (OSError, ValueError) as exc:
+                    problems.append(f"{name}: {exc}")
+                continue
+            if files and name != "server_log" and name not in large:  # listed as absent: no transfer
+                problems.append(f"{os.path.join(args['case_dir'], name)}: absent on the node")
+                continue
             src = args["server_log"] if name == "server_log" else os.path.join(args["case_dir"], name)
             dest = "server_log_at_failure.log" if name == "server_log" else name
             try:
-                self._connection.fetch_file(src, os.path.join(args["controller_case_dir"], dest))
+                self._connection.fetch_file(src, os.path.join(ctrl, dest))
             except Exception as exc:
                 problems.append(f"{src}: {exc}")
         return problems
 
     def _record_failure(self, args: dict, ran: dict, label: str, final_meta: dict) -> dict:
         """Bring the evidence, classify, mark meta failed; the item fails (the role decides policy)."""
-        missed = self._bring(args, [args["result_file"], "bench.log", "server_log"])
+        missed = self._bring(args, ran, [args["result_file"], "bench.log", "server_log"])
         ctrl_dir = Path(args["controller_case_dir"])
         if args["node_is_controller"]:
             server_log = args["server_log"] or None

@@ -88,6 +88,13 @@ options:
     description: Server health endpoint probed from the node when the case failed (empty = no probe).
     type: str
     default: ""
+  bring:
+    description:
+      - File names in O(case_dir) to return with the answer (RV(files)), for a controller that is not
+        the node; the action plugin sets it. Each name is a plain file name (no V(/)).
+    type: list
+    elements: str
+    default: []
   controller_case_dir:
     description:
       - Action plugin (controller side) - the case directory on the controller, where C(meta.json) is written
@@ -183,6 +190,12 @@ server_alive:
   description: Whether O(health_url) answered 2xx after a failure; null when not probed.
   returned: always
   type: bool
+files:
+  description:
+    - The O(bring) files that exist, C(inline) (name to base64 content, each up to 1 MiB) and C(large)
+      (names of larger ones, which the action plugin fetches); absent ones are left out.
+  returned: when O(bring) is given, unless check mode
+  type: dict
 reason:
   description: Null on success, else why the result file failed (missing, count, short_output, ...).
   returned: always

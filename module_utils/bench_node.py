@@ -20,6 +20,7 @@ controller).
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import os
 import signal
@@ -45,10 +46,14 @@ ARGUMENT_SPEC = dict(
     expect_output_len=dict(type="int"),
     min_output_fraction=dict(type="float", default=1.0),
     health_url=dict(type="str", default=""),
+    bring=dict(type="list", elements="str", default=[]),
 )
 REQUIRED_IF = [("run", True, ("script",))]
 
 _TIMEOUT_RCS = (124, 137)
+# A case file up to this size comes back inside the module's answer (no transfer of its own); a larger
+# one is listed under `large` and fetched.
+BRING_INLINE_MAX = 1 << 20
 _STDOUT_TAIL_BYTES = 4096
 _PROC = "/proc"
 # How often a stop looks again whether the session's processes are gone.
@@ -190,6 +195,9 @@ def check_args(p: dict) -> str | None:
         return f"bench_case: min_output_fraction={p['min_output_fraction']} (rule: 0 < f <= 1)"
     if os.path.isabs(p["result_file"]) or ".." in p["result_file"].split("/"):
         return f"bench_case: result_file={p['result_file']!r} (rule: a path inside case_dir)"
+    for name in p.get("bring") or []:
+        if not name or "/" in name or name in (".", ".."):
+            return f"bench_case: bring item {name!r} (rule: a file name in case_dir, no '/')"
     return None
 
 
@@ -251,4 +259,28 @@ def run_case(p: dict, check_mode: bool = False) -> dict:
         result.update(passed=False, msg=f"{case_dir}: {limit_message(p, ran['limit'])}; {result['msg']}")
     if not result["passed"] and p["health_url"]:
         result["server_alive"] = healthy(p["health_url"])
+    if p.get("bring"):
+        result["files"] = collect_files(case_dir, p["bring"])
     return result
+
+
+def collect_files(case_dir: str, names: list) -> dict:
+    """The case files a remote controller wants, in one answer: each present one up to
+    BRING_INLINE_MAX bytes inline (base64), larger ones named under ``large``, absent ones left out.
+
+    Why: fetching them one by one cost an SSH transfer each, and an absent one (a reference client's
+    files when none ran) a failed transfer and its fallbacks: most of a case's Ansible time on the rig.
+    """
+    inline, large = {}, []
+    for name in names:
+        path = os.path.join(case_dir, name)
+        try:
+            size = os.path.getsize(path)
+            if size > BRING_INLINE_MAX:
+                large.append(name)
+                continue
+            with open(path, "rb") as f:
+                inline[name] = base64.b64encode(f.read()).decode("ascii")
+        except OSError:
+            continue  # absent (or unreadable): nothing to bring
+    return {"inline": inline, "large": large}

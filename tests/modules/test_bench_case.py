@@ -215,7 +215,12 @@ CONNECTION_PLUGINS = Path(__file__).resolve().parent / "connection_plugins"
 
 
 def run_play(
-    tmp_path: Path, cases: list[dict], health: str, connection: str = "local", play: str = PLAY
+    tmp_path: Path,
+    cases: list[dict],
+    health: str,
+    connection: str = "local",
+    play: str = PLAY,
+    env_extra: dict | None = None,
 ) -> list[dict]:
     """Run PLAY over ``cases``; ``connection=quickmap_module_local`` forces the module path locally."""
     node, ctrl = tmp_path / "node", tmp_path / "ctrl"
@@ -230,6 +235,7 @@ def run_play(
     env = dict(os.environ, LC_ALL="C.UTF-8", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     env["ANSIBLE_HOME"] = str(tmp_path / "ansible_home")
     env["ANSIBLE_CONNECTION_PLUGINS"] = str(CONNECTION_PLUGINS)
+    env.update(env_extra or {})
     argv = [str(PLAYBOOK_BIN), "-i", "localhost,", "-c", connection, str(tmp_path / "play.yml")]
     argv += ["-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{tmp_path / 'vars.json'}"]
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
@@ -273,6 +279,31 @@ def test_action_calls_a_dead_server_dead(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "ctrl" / "c" / "meta.json").read_text())
     assert meta["error_type"] == "SERVER_DEAD"
     assert results[0]["case_failed"]["error_type"] == "SERVER_DEAD"
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason=f"{PLAYBOOK_BIN} not installed (make venv)")
+def test_a_remote_head_returns_the_case_files_with_its_answer(tmp_path: Path, health_url: str) -> None:
+    """The case's files come back inside the module's answer: only a file over 1 MiB costs a transfer of
+    its own, and the twelve absent reference-client files cost none (each was a failed SSH transfer and
+    its fallbacks, most of a case's Ansible time on the rig)."""
+    extra = (
+        "printf 'enginesim:steps_total 7\\n' > metrics_before.prom\n"
+        "head -c 1100000 /dev/zero | tr '\\0' x > metrics_after.prom"
+    )
+    cases = [{"rel": "good", "script": writer_script(loadgen_result(64, 128), extra=extra)}]
+    log = tmp_path / "fetches.log"
+    run_play(
+        tmp_path,
+        cases,
+        health_url,
+        connection="quickmap_module_local",
+        env_extra={"QM_TEST_FETCH_LOG": str(log)},
+    )
+    node, ctrl = tmp_path / "node" / "good", tmp_path / "ctrl" / "good"
+    for name in ("bench.json", "bench.log", "metrics_before.prom", "metrics_after.prom"):
+        assert (ctrl / name).read_bytes() == (node / name).read_bytes(), name
+    assert log.read_text().splitlines() == [str(node / "metrics_after.prom")]
+    assert json.loads((ctrl / "meta.json").read_text())["status"] == "completed"
 
 
 # --------------------------------------------- in-process (local head) and module path: one result

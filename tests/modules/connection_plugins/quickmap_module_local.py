@@ -3,7 +3,8 @@
 """Test connection: Ansible's ``local`` connection under another name, so ``bench_case`` takes the
 module path (AnsiballZ, a separate Python process) on the controller. The action plugin runs its
 node side in-process only for the ``local`` transport; the identity and interrupt tests run the same
-cases both ways with this plugin (``-c quickmap_module_local``)."""
+cases both ways with this plugin (``-c quickmap_module_local``). With QM_TEST_FETCH_LOG set, every
+file transfer from the "node" is logged there, one path per line (the transfers a remote head costs)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,19 @@ DOCUMENTATION = """
         - connection_pipelining
 """
 
+import os  # noqa: E402
+
 from ansible.plugins.connection.local import Connection as LocalConnection  # noqa: E402
 
 
 class Connection(LocalConnection):
     """The local connection with a transport name of its own."""
+
+    def fetch_file(self, in_path: str, out_path: str) -> None:
+        log = os.environ.get("QM_TEST_FETCH_LOG")
+        if log:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(in_path + "\n")
+        super().fetch_file(in_path, out_path)
 
     transport = "quickmap_module_local"
