@@ -69,3 +69,17 @@ def test_bench_labs_holds_each_group_to_its_issue_target() -> None:
 
     preflight = yaml.safe_load((REPO / "labs.yml").read_text())[0]
     assert set(preflight["tags"]) - {"labs"} == set(mechanism) | set(advanced)  # every lab, one group
+
+
+def test_bench_labs_runs_the_pd_lab_apart_without_an_engine_port() -> None:
+    """The P/D lab refuses an engine_port given with -e (it outranks the ports of its three servers):
+    passed with the others, it came out "inconclusive: variant pd did not run" in make bench."""
+    bench = _load("bench_labs")
+    advanced = bench.GROUPS["advanced"][0]
+    runs = bench._invocations(advanced)
+    assert [tags for tags, _ in runs] == [
+        tuple(lab for lab in advanced if lab != "pd_disagg"),
+        ("pd_disagg",),
+    ]
+    assert "engine_port" in runs[0][1] and "engine_port" not in runs[1][1]
+    assert len(set(runs[1][1]["labs_pd_ports"].values())) == 4
