@@ -95,6 +95,11 @@ _PATH_INFO = ("uid", "gid", "owner", "group", "mode", "state", "size", "secontex
 _DROP = ("invocation", "_ansible_no_log", "_ansible_parsed", "changed", "failed", "files", *_PATH_INFO)
 
 
+def _case_files(args: dict) -> list[str]:
+    """The case files a completed case brings to the controller (the module returns them with its answer)."""
+    return [args["result_file"], "bench.log", *_EMULATION_FILES, *_REFERENCE_FILES]
+
+
 class ActionModule(ActionBase):
     """Run one benchmark case: meta(running) -> bench_case module on the node -> fetch -> meta."""
 
@@ -123,7 +128,7 @@ class ActionModule(ActionBase):
 
         module_args = {k: args[k] for k in _MODULE_ARGS if args[k] is not None}
         if not args["node_is_controller"]:  # the case files come back with the module's answer
-            module_args["bring"] = [args["result_file"], "bench.log", *_EMULATION_FILES, *_REFERENCE_FILES]
+            module_args["bring"] = _case_files(args)
         if self._in_process_ok():
             result["node_side"] = "in_process"
             ran = _run_in_process(module_args)
@@ -147,7 +152,7 @@ class ActionModule(ActionBase):
                 case_failed={"rel": label, "error_type": "INTERRUPTED", "reason": closed},
             )
         elif ran.get("passed") and not ran.get("failed"):
-            self._bring(args, ran, [args["result_file"], "bench.log", *_EMULATION_FILES, *_REFERENCE_FILES])
+            self._bring(args, ran, _case_files(args))
             if "started_at" in ran:
                 final_meta.update(started_at=ran["started_at"], ended_at=ran["ended_at"])
             if args["min_output_fraction"] != 1.0:  # resume and summarize judge by the same rule

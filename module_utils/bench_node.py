@@ -273,13 +273,15 @@ def collect_files(case_dir: str, names: list) -> dict:
     """
     inline, large = {}, []
     for name in names:
-        path = os.path.join(case_dir, name)
+        try:  # never through a link: the answer carries only the case directory's own files
+            fd = os.open(os.path.join(case_dir, name), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # absent, unreadable or a link: nothing to bring
         try:
-            size = os.path.getsize(path)
-            if size > BRING_INLINE_MAX:
-                large.append(name)
-                continue
-            with open(path, "rb") as f:
+            with os.fdopen(fd, "rb") as f:
+                if os.fstat(f.fileno()).st_size > BRING_INLINE_MAX:
+                    large.append(name)
+                    continue
                 inline[name] = base64.b64encode(f.read()).decode("ascii")
         except OSError:
             continue  # absent (or unreadable): nothing to bring

@@ -288,7 +288,8 @@ def test_a_remote_head_returns_the_case_files_with_its_answer(tmp_path: Path, he
     its fallbacks, most of a case's Ansible time on the rig)."""
     extra = (
         "printf 'enginesim:steps_total 7\\n' > metrics_before.prom\n"
-        "head -c 1100000 /dev/zero | tr '\\0' x > metrics_after.prom"
+        "head -c 1100000 /dev/zero | tr '\\0' x > metrics_after.prom\n"
+        "echo outside-secret > ../../outside.txt && ln -s ../../outside.txt bench_vllm.log"
     )
     cases = [{"rel": "good", "script": writer_script(loadgen_result(64, 128), extra=extra)}]
     log = tmp_path / "fetches.log"
@@ -303,6 +304,7 @@ def test_a_remote_head_returns_the_case_files_with_its_answer(tmp_path: Path, he
     for name in ("bench.json", "bench.log", "metrics_before.prom", "metrics_after.prom"):
         assert (ctrl / name).read_bytes() == (node / name).read_bytes(), name
     assert log.read_text().splitlines() == [str(node / "metrics_after.prom")]
+    assert not (ctrl / "bench_vllm.log").exists()  # a link in the case dir is never followed
     assert json.loads((ctrl / "meta.json").read_text())["status"] == "completed"
 
 
