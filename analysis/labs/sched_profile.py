@@ -7,7 +7,11 @@ modelled, also on enginesim; the overlap needs both CPU and GPU timelines, which
 profiler has. What a variant leaves: `scheduler_process.json`; per load run `pyspy.json` (py-spy's
 exit codes and its error text), `flame.svg`, `profile.txt` (raw); the trace run's `trace/*.json*`.
 A variant without a chosen process, a py-spy that could not attach, or a profile without samples
-makes the lab inconclusive with that reason; nothing is estimated in their place.
+makes the lab inconclusive with that reason; nothing is estimated in their place. The one exception:
+py-spy leaves out the samples in which the process waits, so an idle scheduler (enginesim's at 2 req/s
+is on the CPU for a few ms in seconds) gives an empty profile. The run script reads the process's own
+CPU time around the window (/proc/<pid>/stat); an empty profile whose process used less CPU than
+IDLE_SAMPLES samples' worth is a reading (busy 0), one that used more is a failed py-spy.
 """
 
 from __future__ import annotations
@@ -39,6 +43,23 @@ def _process(vdir: Path) -> dict[str, Any]:
         return {"found": False, "reason": "no scheduler_process.json (the process-tree walk did not run)"}
     keep = ("found", "pid", "cmdline", "root", "tree", "matches", "match", "reason")
     return {k: doc[k] for k in keep if k in doc}
+
+
+# An empty profile is a reading (the process idle) only when its CPU time was worth fewer samples.
+IDLE_SAMPLES = 3
+
+
+def _cpu(meta: dict[str, Any]) -> dict[str, Any]:
+    """The process's CPU seconds over the run script's window (from its clock ticks), when it read them."""
+    ticks, tck, window_ns = meta.get("cpu_ticks"), meta.get("clk_tck"), meta.get("cpu_window_ns")
+    if not isinstance(ticks, int) or not isinstance(tck, int) or tck <= 0:
+        return {"cpu_s": None}
+    cpu_s = ticks / tck
+    out: dict[str, Any] = {"cpu_s": round(cpu_s, 4)}
+    if isinstance(window_ns, int) and window_ns > 0:
+        out["cpu_window_s"] = round(window_ns / 1e9, 3)
+        out["cpu_busy"] = round(min(cpu_s / (window_ns / 1e9), 1.0), 4)
+    return out
 
 
 def _pyspy(rdir: Path, engine: str) -> dict[str, Any]:
@@ -73,8 +94,16 @@ def _pyspy(rdir: Path, engine: str) -> dict[str, Any]:
     if not raw.is_file():
         return out | {"status": "failed: py-spy wrote no raw profile"}
     s = sched_profile_pyspy.share(raw, engine, meta.get("rate_hz"), meta.get("duration_s"))
+    out |= _cpu(meta)
     if not s["samples"]:
-        return out | {"status": "failed: the raw profile has no samples"} | s
+        cpu_s, rate = out["cpu_s"], meta.get("rate_hz")
+        if cpu_s is None or not rate:
+            return out | {"status": "failed: the raw profile has no samples (no CPU time read to tell why)"} | s
+        worth = cpu_s * float(rate)
+        said = f"the process used {cpu_s * 1e3:.0f} ms of CPU in the window, {worth:.1f} samples' worth at {rate} Hz"
+        if worth >= IDLE_SAMPLES:
+            return out | {"status": f"failed: the raw profile has no samples while {said}"} | s
+        return out | {"status": "read", "idle": f"no py-spy sample: {said} (idle)"} | s
     return out | {"status": "read"} | s
 
 
@@ -128,10 +157,15 @@ def _problems(name: str, v: dict[str, Any]) -> list[str]:
 
 def _load_line(name: str, load: str, x: dict[str, Any], wl: dict[str, Any]) -> str:
     s = x["pyspy"]
+    if s["samples"]:
+        where = (
+            f"of them {s['sched_share']:.1%} in scheduling and {s['output_share']:.1%} in output processing"
+        )
+    else:
+        where = s["idle"]
     return (
         f"{name}/{load}: scheduler process on the CPU {s['busy']:.1%} of {s['duration_s']} s "
-        f"({s['samples']} py-spy samples at {s['rate_hz']} Hz); of them {s['sched_share']:.1%} in scheduling "
-        f"and {s['output_share']:.1%} in output processing, at {x['request_rate']} req/s offered "
+        f"({s['samples']} py-spy samples at {s['rate_hz']} Hz); {where}, at {x['request_rate']} req/s offered "
         f"(random {wl.get('isl')}/{wl.get('osl')}, {x['n']} requests; TPOT p50 {x['tpot_p50_ms']} ms)"
     )
 

@@ -6,9 +6,11 @@ py-spy's own error, never into a profile."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +197,59 @@ def test_no_scheduler_process_is_inconclusive_with_the_walks_reason(tmp_path: Pa
         verdict.reason
         == "default: no scheduler process chosen (no process under pid 9 has a title matching 'x')"
     )
+
+
+def _record_idle_process(tmp: Path) -> dict:
+    """py-spy (as run.sh.j2 runs it) on a process that only sleeps, with its CPU ticks read the way
+    the script reads them: an empty raw profile, a few ticks at most."""
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ticks = f"sed 's/.*) //' /proc/{sleeper.pid}/stat | awk '{{print $12 + $13}}'"
+    try:
+        time.sleep(0.5)  # past the interpreter's start-up
+        before = int(subprocess.run(["bash", "-c", ticks], capture_output=True, text=True).stdout)
+        p = subprocess.run(
+            [pyspy, "record", "--pid", str(sleeper.pid), "--rate", "100", "--duration", "1", "--nonblocking",
+             "--format", "raw", "-o", str(tmp / "profile.txt")],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        after = int(subprocess.run(["bash", "-c", ticks], capture_output=True, text=True).stdout)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (tmp / "profile.txt").read_text() == ""  # py-spy leaves out the samples where it waits
+    return {"pid": sleeper.pid, "rate_hz": 100, "duration_s": 1, "raw_rc": 0, "svg_rc": 0,
+            "cpu_ticks": after - before, "clk_tck": os.sysconf("SC_CLK_TCK"), "cpu_window_ns": 1_200_000_000}  # fmt: skip
+
+
+def test_an_empty_profile_of_an_idle_scheduler_is_a_reading_and_of_a_busy_one_a_failure(tmp_path: Path) -> None:
+    rdir = tmp_path / "load_low"
+    rdir.mkdir()
+    meta = _record_idle_process(rdir)
+    (rdir / "pyspy.json").write_text(json.dumps(meta))
+    idle = sched_profile._pyspy(rdir, "sglang")
+    assert idle["status"] == "read" and idle["samples"] == 0 and idle["busy"] == 0.0, idle
+    assert idle["cpu_s"] < 0.03 and idle["idle"].startswith("no py-spy sample: the process used")
+    # the same empty profile while the process was on the CPU for 200 ms (20 samples' worth): py-spy
+    # missed what was there, so the load is not read
+    (rdir / "pyspy.json").write_text(json.dumps(meta | {"cpu_ticks": int(0.2 * meta["clk_tck"])}))
+    missed = sched_profile._pyspy(rdir, "sglang")
+    assert missed["status"] == (
+        "failed: the raw profile has no samples while the process used 200 ms of CPU in the window, "
+        "20.0 samples' worth at 100 Hz"
+    )
+    # without the CPU reading (an older run script) nothing tells idle from missed
+    (rdir / "pyspy.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "cpu_ticks"}))
+    assert sched_profile._pyspy(rdir, "sglang")["status"].startswith("failed: the raw profile has no samples")
+    # an idle low load and a sampled high load: the lab reads both and judges the rise
+    high = dict(idle, samples=40, busy=0.4, sched_share=0.5, output_share=0.2)
+    high.pop("idle")
+    v = {"scheduler_process": {"found": True, "pid": 1, "cmdline": ["x"], "root": {"pid": 0}},
+         "trace": {"status": "read", "sched_cpu_us": 1.0, "forward_us": 1.0, "overlap_us": 0.0,
+                   "overlap_of_sched": 0.0, "window_us": 2.0},
+         "loads": {k: {"request_rate": r, "n": 4, "tpot_p50_ms": 1.0, "pyspy": p}
+                   for k, r, p in (("low", 2, idle), ("medium", 8, high), ("high", 32, high))}}  # fmt: skip
+    verdict = sched_profile.judge({"variants": {"default": v}}, [], {"isl": 1, "osl": 1}, {"margin": 0.1})
+    assert verdict.verdict == "supported", verdict.reason
+    assert any("default/low:" in o and "no py-spy sample" in o for o in verdict.observations)

@@ -46,9 +46,12 @@ def test_the_scheduler_child_of_our_server_is_profiled_at_three_loads(lab) -> No
         busy = []
         for load in ("low", "medium", "high"):
             s = v["loads"][load]["pyspy"]
-            assert s["status"] == "read" and s["pid"] == p["pid"] and s["samples"] > 0, s
+            assert s["status"] == "read" and s["pid"] == p["pid"] and s["cpu_s"] is not None, s
             rdir = lab["dir"] / name / "runs" / f"load_{load}"
-            assert (rdir / "profile.txt").stat().st_size > 0
+            if s["samples"] == 0:  # an idle scheduler at the low rate: told apart by its CPU time
+                assert load != "high" and s["idle"] and (rdir / "profile.txt").stat().st_size == 0, s
+            else:
+                assert (rdir / "profile.txt").stat().st_size > 0
             if s["svg_error"] is None:
                 assert (rdir / "flame.svg").read_text().lstrip().startswith("<?xml")
             else:  # py-spy's flame-graph run failed (seen once under load): named, never replaced
