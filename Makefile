@@ -65,7 +65,7 @@ test: $(STAMP) system-deps zipapp sglang-client
 # SGLang's own client is optional (SGLANG_BENCH_SRC, see benchmarks/bench_loadgen.py) and says so when
 # it is skipped.
 # (bench_loadgen exits non-zero on a missed target only with --strict, so it gets it here.)
-BENCHES := bench_analysis bench_enginesim bench_loadgen bench_orchestration bench_rig_orchestration bench_labs
+BENCHES := bench_analysis bench_enginesim bench_loadgen bench_orchestration bench_rig_orchestration bench_labs bench_fidelity
 bench: $(STAMP) zipapp
 	$(PY) -m pip install -q -e '.[dev,calibrate,labs,bench]'
 	@missed=""; for b in $(BENCHES); do \

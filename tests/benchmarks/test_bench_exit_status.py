@@ -83,3 +83,15 @@ def test_bench_labs_runs_the_pd_lab_apart_without_an_engine_port() -> None:
     ]
     assert "engine_port" in runs[0][1] and "engine_port" not in runs[1][1]
     assert len(set(runs[1][1]["labs_pd_ports"].values())) == 4
+
+
+def test_bench_fidelity_misses_a_broken_promise_a_figure_outside_tolerance_and_a_slow_make_run(capsys) -> None:
+    """make bench runs it: a verdict that vouched for a wrong figure (the worst defect) is a miss."""
+    bench = _load("bench_fidelity")
+    assert bench.check_targets([True, True], [True, True], {"r1": 250.0}) == 0
+    assert bench.check_targets([True, False], [True, True], {"r1": 250.0}) == 1
+    assert "MISS  every case repetition within tolerance: 1 of 2" in capsys.readouterr().out
+    assert bench.check_targets([False], [False], {"r1": 301.0}) == 3
+    out = capsys.readouterr().out
+    assert "MISS  every verdict kept its promise: 0 of 1" in out and "slowest 301.0 s" in out
+    assert bench.check_targets([], [], {}) == 2  # nothing judged is not a pass
