@@ -98,9 +98,13 @@ def _pyspy(rdir: Path, engine: str) -> dict[str, Any]:
     if not s["samples"]:
         cpu_s, rate = out["cpu_s"], meta.get("rate_hz")
         if cpu_s is None or not rate:
-            return out | {"status": "failed: the raw profile has no samples (no CPU time read to tell why)"} | s
+            why = "no CPU time read to tell why"
+            return out | {"status": f"failed: the raw profile has no samples ({why})"} | s
         worth = cpu_s * float(rate)
-        said = f"the process used {cpu_s * 1e3:.0f} ms of CPU in the window, {worth:.1f} samples' worth at {rate} Hz"
+        said = (
+            f"the process used {cpu_s * 1e3:.0f} ms of CPU in the window, "
+            f"{worth:.1f} samples' worth at {rate} Hz"
+        )
         if worth >= IDLE_SAMPLES:
             return out | {"status": f"failed: the raw profile has no samples while {said}"} | s
         return out | {"status": "read", "idle": f"no py-spy sample: {said} (idle)"} | s
@@ -165,7 +169,8 @@ def _load_line(name: str, load: str, x: dict[str, Any], wl: dict[str, Any]) -> s
         where = s["idle"]
     return (
         f"{name}/{load}: scheduler process on the CPU {s['busy']:.1%} of {s['duration_s']} s "
-        f"({s['samples']} py-spy samples at {s['rate_hz']} Hz); {where}, at {x['request_rate']} req/s offered "
+        f"({s['samples']} py-spy samples at {s['rate_hz']} Hz); {where}, "
+        f"at {x['request_rate']} req/s offered "
         f"(random {wl.get('isl')}/{wl.get('osl')}, {x['n']} requests; TPOT p50 {x['tpot_p50_ms']} ms)"
     )
 

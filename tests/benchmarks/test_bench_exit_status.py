@@ -85,7 +85,9 @@ def test_bench_labs_runs_the_pd_lab_apart_without_an_engine_port() -> None:
     assert len(set(runs[1][1]["labs_pd_ports"].values())) == 4
 
 
-def test_bench_fidelity_misses_a_broken_promise_a_figure_outside_tolerance_and_a_slow_make_run(capsys) -> None:
+def test_bench_fidelity_misses_a_broken_promise_a_figure_outside_tolerance_and_a_slow_make_run(
+    capsys,
+) -> None:
     """make bench runs it: a verdict that vouched for a wrong figure (the worst defect) is a miss."""
     bench = _load("bench_fidelity")
     assert bench.check_targets([True, True], [True, True], {"r1": 250.0}) == 0

@@ -220,10 +220,13 @@ def _record_idle_process(tmp: Path) -> dict:
     assert p.returncode == 0, p.stdout + p.stderr
     assert (tmp / "profile.txt").read_text() == ""  # py-spy leaves out the samples where it waits
     return {"pid": sleeper.pid, "rate_hz": 100, "duration_s": 1, "raw_rc": 0, "svg_rc": 0,
-            "cpu_ticks": after - before, "clk_tck": os.sysconf("SC_CLK_TCK"), "cpu_window_ns": 1_200_000_000}  # fmt: skip
+            "cpu_ticks": after - before, "clk_tck": os.sysconf("SC_CLK_TCK"),
+            "cpu_window_ns": 1_200_000_000}  # fmt: skip
 
 
-def test_an_empty_profile_of_an_idle_scheduler_is_a_reading_and_of_a_busy_one_a_failure(tmp_path: Path) -> None:
+def test_an_empty_profile_of_an_idle_scheduler_is_a_reading_and_of_a_busy_one_a_failure(
+    tmp_path: Path,
+) -> None:
     rdir = tmp_path / "load_low"
     rdir.mkdir()
     meta = _record_idle_process(rdir)
