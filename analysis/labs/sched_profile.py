@@ -11,7 +11,8 @@ makes the lab inconclusive with that reason; nothing is estimated in their place
 py-spy leaves out the samples in which the process waits, so an idle scheduler (enginesim's at 2 req/s
 is on the CPU for a few ms in seconds) gives an empty profile. The run script reads the process's own
 CPU time around the window (/proc/<pid>/stat); an empty profile whose process used less CPU than
-IDLE_SAMPLES samples' worth is a reading (busy 0), one that used more is a failed py-spy.
+IDLE_SAMPLES samples' worth in py-spy's window is a reading (busy 0), one that used more is a
+failed py-spy.
 """
 
 from __future__ import annotations
@@ -45,14 +46,16 @@ def _process(vdir: Path) -> dict[str, Any]:
     return {k: doc[k] for k in keep if k in doc}
 
 
-# An empty profile is a reading (the process idle) only when its CPU time was worth fewer samples.
-IDLE_SAMPLES = 3
+# An empty profile is a reading (the process idle) only when its CPU time was worth fewer samples: 10
+# keeps the chance that a sampler which was working drew none at e^-10 (40 ms of CPU, 4 samples'
+# worth, gave 0 samples once), while a py-spy that sampled nothing on a busy process is far above it.
+IDLE_SAMPLES = 10
 
 
 def _cpu(meta: dict[str, Any]) -> dict[str, Any]:
     """The process's CPU seconds over the run script's window (from its clock ticks), when it read them."""
     ticks, tck, window_ns = meta.get("cpu_ticks"), meta.get("clk_tck"), meta.get("cpu_window_ns")
-    if not isinstance(ticks, int) or not isinstance(tck, int) or tck <= 0:
+    if not isinstance(ticks, int) or ticks < 0 or not isinstance(tck, int) or tck <= 0:
         return {"cpu_s": None}
     cpu_s = ticks / tck
     out: dict[str, Any] = {"cpu_s": round(cpu_s, 4)}

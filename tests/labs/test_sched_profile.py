@@ -242,6 +242,17 @@ def test_an_empty_profile_of_an_idle_scheduler_is_a_reading_and_of_a_busy_one_a_
         "failed: the raw profile has no samples while the process used 200 ms of CPU in the window, "
         "20.0 samples' worth at 100 Hz"
     )
+    # the line: under 10 samples' worth an empty profile is what sampling gives, from 10 on it is not
+    (rdir / "pyspy.json").write_text(json.dumps(meta | {"cpu_ticks": int(0.09 * meta["clk_tck"])}))
+    assert sched_profile._pyspy(rdir, "sglang")["status"] == "read"
+    (rdir / "pyspy.json").write_text(json.dumps(meta | {"cpu_ticks": int(0.10 * meta["clk_tck"])}))
+    assert sched_profile._pyspy(rdir, "sglang")["status"].startswith("failed: the raw profile has no samples")
+    # a reused PID (the run script wrote null) or a negative difference: no reading, so no "idle"
+    for ticks in (None, -3):
+        (rdir / "pyspy.json").write_text(json.dumps(meta | {"cpu_ticks": ticks}))
+        assert sched_profile._pyspy(rdir, "sglang")["status"].startswith(
+            "failed: the raw profile has no samples ("
+        )
     # without the CPU reading (an older run script) nothing tells idle from missed
     (rdir / "pyspy.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "cpu_ticks"}))
     assert sched_profile._pyspy(rdir, "sglang")["status"].startswith("failed: the raw profile has no samples")
@@ -256,3 +267,26 @@ def test_an_empty_profile_of_an_idle_scheduler_is_a_reading_and_of_a_busy_one_a_
     verdict = sched_profile.judge({"variants": {"default": v}}, [], {"isl": 1, "osl": 1}, {"margin": 0.1})
     assert verdict.verdict == "supported", verdict.reason
     assert any("default/low:" in o and "no py-spy sample" in o for o in verdict.observations)
+
+
+def test_the_run_scripts_cpu_reading_is_null_when_the_pid_became_another_process() -> None:
+    """The two shell helpers of templates/run.sh.j2, run as rendered: the same process gives its tick
+    difference; a process gone, or a PID reused by another process (another start time), gives null,
+    never a difference of two processes' CPU times."""
+    template = (REPO / "roles/labs/templates/run.sh.j2").read_text().splitlines()
+    helpers = "\n".join(ln for ln in template if ln.startswith(("cpu_stat() ", "cpu_delta() ")))
+    assert helpers.count("() {") == 2
+
+    def run(script: str) -> str:
+        return subprocess.run(["bash", "-c", helpers + "\n" + script], capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+
+    # busy for a moment between the two reads: a difference of its own ticks
+    same = run(
+        'spid=$$; a=$(cpu_stat); for i in $(seq 200000); do :; done; b=$(cpu_stat); cpu_delta "$a" "$b"'
+    )
+    assert same.isdigit() and int(same) > 0, same
+    assert run('cpu_delta "" "5 7"') == "null"  # gone at the first read
+    assert run('cpu_delta "100 40" ""') == "null"  # gone at the second
+    assert run('cpu_delta "100 40" "250 3"') == "null"  # the PID is another process now
+    assert run('cpu_delta "100 40" "100 52"') == "12"
