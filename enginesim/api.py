@@ -171,6 +171,7 @@ class App(NativeRoutes, OpenAIRoutes, SimRoutes):
 
     def _submit(self, r: Req, conn: Conn, sink: Any, stream: bool) -> Any:
         conn.on_close = lambda: self.e.abort(r)
+        r.host_arrival = conn.arrival
         if stream:
             conn.start_stream()
         self.e.submit_after_intake(r)

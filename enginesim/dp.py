@@ -396,10 +396,14 @@ class DPEngine:
         return {id(r) for k in self.ranks for r in (*k.waiting, *k.running)}
 
     def submit_after_intake(self, r: Req) -> None:
-        """Dispatched when it reaches the engine core, after the intake latency (as the replay does)."""
+        """Dispatched when it reaches the engine core, the intake latency after its last byte reached
+        this host (as the replay does; Engine.submit_after_intake says why from the host's arrival)."""
+        now = time.perf_counter()
         delay = self.ranks[0].cost.intake(len(r.ctx), r.text_prompt) * self.scale
-        if delay <= 0:
+        due = min(r.host_arrival or now, now) + delay
+        if due <= now:
             self.submit(r)
+            r.arrival = r.queued_at = due
             return
 
         def arrive() -> None:
@@ -411,8 +415,10 @@ class DPEngine:
                 r.sink.fail(r, f"engine dead: {self.dead}")
                 return
             self.submit(r)
+            if due < r.arrival:
+                r.arrival = r.queued_at = due
 
-        asyncio.get_running_loop().call_later(delay, arrive)
+        asyncio.get_running_loop().call_later(due - now, arrive)
 
     def abort(self, r: Req) -> None:
         (self.where.pop(id(r), None) or self.ranks[0]).abort(r)

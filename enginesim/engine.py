@@ -22,6 +22,7 @@ deadline does not move: the wait comes out of the step's own wall time.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from typing import Any
 
@@ -62,24 +63,32 @@ class Engine(Scheduler):
         self.evidence.slice_s = request_short_slice()
         self._gather: asyncio.Future[None] | None = None
         self._gather_until = 0
+        # Recent plans as [wall time, prompt tokens it had room for]: a request due before a plan
+        # with room, but read after it, joined a later step than the replay's (entry lateness).
+        self.plans: collections.deque[list[float]] = collections.deque(maxlen=256)
+        self.late_entries: list[tuple[Req, float]] = []
 
     def submit_after_intake(self, r: Req) -> None:
-        """The request reaches the scheduler the engine's intake latency after it was read (HTTP,
-        tokenisation of a text prompt, hand-over: another process in the real engines), as the replay
-        has it.
+        """The request reaches the scheduler the engine's intake latency after it reached this host
+        (HTTP, tokenisation of a text prompt, hand-over: another process in the real engines), as the
+        replay has it.
 
-        Its arrival is that due time, not the moment the timer ran: a burst is read in one pass of the
-        loop (64 x 1,024-id bodies took 20-115 ms here), and every timer waits for that pass. Stamped
-        when the timer ran, the busy period's schedule started after the whole burst was read, and the
-        delay was in every TTFT without counting as lateness (short_decode_c64: TTFT p50 +6-9 %, verdict
-        ok). From the due time the first step keeps its deadline when the read fits in the intake and
-        the step, and is a counted slip (TTFT lateness) when it does not.
+        Its arrival is that due time, counted from the kernel's receive stamp of its last byte, not
+        from the moment this process read it or the timer ran. A burst is read in one pass of the
+        loop (64 x 1,024-id bodies took 20-115 ms here), and on a starved CPU the bytes wait unread in
+        the socket for milliseconds; stamped when read, that wait was in every client's TTFT without
+        counting as lateness (short_decode_c64: TTFT p50 +6-9 %, verdict ok; a starved C=32 burst:
+        +7-14 %, verdict ok). From the due time the first step keeps its deadline when the wait fits
+        in the intake and the step, and is a counted slip (TTFT lateness) when it does not.
         """
+        now = time.perf_counter()
         delay = self.cost.intake(len(r.ctx), r.text_prompt) * self.scale
-        if delay <= 0:
+        due = min(r.host_arrival or now, now) + delay
+        if due <= now:
             self.submit(r)
+            r.arrival = r.queued_at = due
+            self._check_entry(r, due)
             return
-        due = time.perf_counter() + delay
 
         def arrive() -> None:
             if r.finished:  # the client went away meanwhile (abort marks it finished)
@@ -92,8 +101,37 @@ class Engine(Scheduler):
             self.submit(r)
             if due < r.arrival:  # the timer ran late: the request arrived when it was due
                 r.arrival = r.queued_at = due
+                self._check_entry(r, due)
 
-        asyncio.get_running_loop().call_later(delay, arrive)
+        asyncio.get_running_loop().call_later(due - now, arrive)
+
+    def _check_entry(self, r: Req, due: float) -> None:
+        """A request submitted after its due time: the first plan since then that had room for its
+        prompt is the one the replay gives it. Waiting in the socket (a starved CPU) or on a late timer,
+        it missed that plan; the time to the plan it joins is TTFT lateness, counted at that plan. The
+        room is taken, so a burst read late is charged only for the requests that would have fit."""
+        need = min(len(r.ctx), self.first_step_budget())
+        missed = None
+        for plan in reversed(self.plans):
+            if plan[0] < due:
+                break
+            if plan[1] >= need:
+                missed = plan
+        if missed is not None:
+            missed[1] -= need
+            self.late_entries.append((r, missed[0]))
+
+    def _note_plan(self, wall: float, prefill: list[tuple[Req, int]], dec_tokens: int) -> None:
+        """Record a plan's room and charge the requests that missed an earlier one."""
+        for r, missed_at in self.late_entries:
+            r.entry_late += wall - missed_at
+        self.late_entries.clear()
+        room = 0.0
+        if not self.waiting and len(self.running) < self.max_running:
+            room = self.first_step_budget() - sum(n for _, n in prefill)
+            if self.flavour.decode_in_token_budget:
+                room -= dec_tokens
+        self.plans.append([wall, room])
 
     # ---- hooks of the scheduler -------------------------------------------------------------------
     def _on_submit(self, r: Req) -> None:
@@ -188,7 +226,9 @@ class Engine(Scheduler):
                     n = min(len(head.ctx), self.cfg.chunk or len(head.ctx))
                     alone = self.cost.step([(n, 0)], 0, 0, 0).total * self.scale
                     await self._wait_burst(min(GRACE_MAX_S, GRACE_FRACTION * alone) - (perf() - first))
+            planned = perf()
             prefill, decode, dec_tokens, dec_ctx = self.plan()
+            self._note_plan(planned, prefill, dec_tokens)
             if not prefill and not decode:
                 # nothing schedulable (KV blocked); wait for a finish/abort or new capacity
                 flush_pending()

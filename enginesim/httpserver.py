@@ -3,11 +3,24 @@
 Why: the emulator must stream >= 50k token events/s on one core; a framework's per-event overhead
 (ASGI message dicts, middleware) costs more than the whole scheduler. Each stream event is one
 `transport.write` of a pre-framed chunk.
+
+A request's arrival is the kernel's receive timestamp (SO_TIMESTAMPNS) of the read that completed it,
+on the ``time.perf_counter`` clock: when its last byte reached this host, not when this process got
+round to reading it. On a starved CPU the bytes wait in the socket for milliseconds; stamped at the
+read, that wait was in every client's TTFT and in no evidence counter (issue 12). The transport's own
+reads are paused and a duplicate of its socket is read with ``recvmsg``, which carries the stamp;
+writes still go through the transport.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
+import struct
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -23,6 +36,11 @@ REASONS = {
     503: "Service Unavailable",
 }
 MAX_BODY = 256 << 20
+SO_TIMESTAMPNS = 35  # Linux (asm-generic); the socket module has no name for it
+KERNEL_STAMPS = sys.platform.startswith("linux")
+_TIMESPEC = struct.Struct("@qq")
+_CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
+READ_SIZE = 262144
 
 # Stream chunks are buffered per connection and written together: one write per connection per flush.
 # Writes made outside the engine loop are flushed by a call_soon callback. The engine computes a step
@@ -64,10 +82,35 @@ def flush_held() -> int:
     return _write_out(HELD)
 
 
-class Request:
-    __slots__ = ("body", "headers", "method", "path", "query")
+def _realtime_offset() -> float:
+    """CLOCK_REALTIME - perf_counter now, from the tightest of three adjacent reads."""
+    best = (1.0, 0.0)
+    for _ in range(3):
+        a = time.perf_counter()
+        r = time.time()
+        b = time.perf_counter()
+        if b - a < best[0]:
+            best = (b - a, r - (a + b) / 2)
+    return best[1]
 
-    def __init__(self, method: str, target: str, headers: dict[str, str], body: bytes) -> None:
+
+def kernel_stamp(ancillary: list[tuple[int, int, bytes]], now: float) -> float | None:
+    """The SO_TIMESTAMPNS stamp among a read's ancillary data, on the perf_counter clock (never later
+    than ``now``, the read's own time); None when the kernel gave none."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return min(sec + nsec * 1e-9 - _realtime_offset(), now)
+    return None
+
+
+class Request:
+    __slots__ = ("arrival", "body", "headers", "method", "path", "query")
+
+    def __init__(
+        self, method: str, target: str, headers: dict[str, str], body: bytes, arrival: float = 0.0
+    ) -> None:
+        self.arrival = arrival  # perf_counter clock: the kernel's receive time of its last byte
         self.method = method
         parts = urlsplit(target)
         self.path = parts.path
@@ -103,11 +146,80 @@ class Conn(asyncio.Protocol):
         self.queued = False
         self.held = False  # queued in HELD (for a step's deadline), not in PENDING
         self.close_after = False
+        self.read_at = 0.0  # arrival of the bytes read last (kernel stamp where there is one)
+        self.arrival = 0.0  # arrival of the request being handled
+        self.stamped: socket.socket | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if KERNEL_STAMPS:
+            self._read_stamped(transport)
+
+    def _read_stamped(self, transport: asyncio.BaseTransport) -> None:
+        """Read through a duplicate of the socket with recvmsg (for the stamps); where that cannot be
+        set up, the transport keeps reading and a request's arrival is the read's own time.
+
+        uvloop starts the transport's reads right after connection_made, so pausing them here is a
+        no-op there: they are paused again on the next pass of the loop, and what already waits in
+        the socket (a request sent with the connect, accepted late) is read now, stamped."""
+        extra = getattr(transport, "get_extra_info", None)  # absent on a test double
+        sock = extra("socket") if extra is not None else None
+        if sock is None:
+            return
+        fd = -1
+        try:
+            fd = os.dup(sock.fileno())
+            dup = socket.socket(fileno=fd)
+            fd = -1
+            dup.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            loop = asyncio.get_running_loop()
+            loop.add_reader(dup.fileno(), self._readable)
+        except (OSError, RuntimeError, ValueError):
+            if fd >= 0:
+                os.close(fd)
+            return
+        self.stamped = dup
+        pause = transport.pause_reading  # type: ignore[attr-defined]
+        pause()
+        loop.call_soon(self._pause_transport)
+        self._readable()
+
+    def _pause_transport(self) -> None:
+        if self.stamped is not None and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def _readable(self) -> None:
+        dup = self.stamped
+        if dup is None:
+            return
+        try:
+            data, ancillary, _, _ = dup.recvmsg(READ_SIZE, _CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close_stamped()
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        if not data:  # the peer closed: as the transport does on EOF
+            self._close_stamped()
+            if self.transport is not None:
+                self.transport.close()
+            return
+        now = time.perf_counter()
+        stamp = kernel_stamp(ancillary, now)
+        self.read_at = now if stamp is None else stamp
+        self._received(data)
+
+    def _close_stamped(self) -> None:
+        dup, self.stamped = self.stamped, None
+        if dup is not None:
+            with contextlib.suppress(RuntimeError):  # no running loop (shutdown)
+                asyncio.get_running_loop().remove_reader(dup.fileno())
+            dup.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._close_stamped()
         self.closed = True
         cb = self.on_close
         self.on_close = None
@@ -115,6 +227,10 @@ class Conn(asyncio.Protocol):
             cb()
 
     def data_received(self, data: bytes) -> None:
+        self.read_at = time.perf_counter()
+        self._received(data)
+
+    def _received(self, data: bytes) -> None:
         self.buf += data
         if not self.busy:
             self._parse()
@@ -162,7 +278,8 @@ class Conn(asyncio.Protocol):
                 conn_hdr == "close" or (version == "HTTP/1.0" and conn_hdr != "keep-alive")
             )
             self.busy = True
-            self.dispatch(Request(method, target, headers, body), self)
+            self.arrival = self.read_at
+            self.dispatch(Request(method, target, headers, body, self.read_at), self)
 
     def _dechunk(self, pos: int) -> tuple[bytes | None, int]:
         out = bytearray()
@@ -274,4 +391,10 @@ class Conn(asyncio.Protocol):
 
 async def serve(host: str, port: int, dispatch: Callable[[Request, Conn], Any]) -> asyncio.base_events.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: Conn(dispatch), host, port, reuse_address=True, backlog=4096)
+    server = await loop.create_server(lambda: Conn(dispatch), host, port, reuse_address=True, backlog=4096)
+    if KERNEL_STAMPS:
+        # On the listener too: an accepted socket inherits it, so a request sent right after the
+        # connect is stamped even when the accept itself came late (a starved CPU).
+        for sock in server.sockets:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return server

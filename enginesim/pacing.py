@@ -93,14 +93,15 @@ class Evidence:
         self, length: float, lag: float, write_late: float, done: float, reqs: list[Any]
     ) -> None:
         """A step that ended some requests' TTFT: how much of each TTFT was the emulator's lateness
-        (the slips since the request arrived, and this step's own late write)."""
+        (the slips since the request arrived, the steps it joined late because it was read after a
+        plan it was due for, and this step's own late write)."""
         self.first_token_lag_steps.observe(max(lag, 0.0) / length if length > 0 else 0.0)
         for r in reqs:
             if r.health:
                 continue
             self.first_tokens += 1
             self.ttft_wall_s += done - r.arrival
-            self.ttft_late_s += (self.slip_s - r.mark) + max(write_late, 0.0)
+            self.ttft_late_s += (self.slip_s - r.mark) + max(write_late, 0.0) + r.entry_late
 
     def lag_summary(self) -> dict[str, float]:
         lags = sorted(self.lags)

@@ -60,12 +60,14 @@ class Req:
         "draft",
         "drafter",
         "e2e",
+        "entry_late",
         "fill_len",
         "finish_reason",
         "finished",
         "first_token",
         "health",
         "hist",
+        "host_arrival",
         "ignore_eos",
         "last_emit",
         "lm",
@@ -108,6 +110,8 @@ class Req:
         self.stop_ids = stop_ids
         self.sink = sink
         self.arrival = 0.0  # set by Scheduler.submit from the driver's clock
+        self.host_arrival = 0.0  # the live server's: when its last byte reached the host (0: unknown)
+        self.entry_late = 0.0  # the live engine's: steps it joined late (read after a plan it was due for)
         self.queued_at = 0.0
         self.queue_time: float | None = None
         self.first_token: float | None = None

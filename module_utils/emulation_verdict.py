@@ -11,8 +11,9 @@ action plugin (meta.json) and ``analysis summarize`` (summary.csv, report) both 
 - ``ok``: every figure the report prints is expected within tolerance of the emulated hardware's
   (TTFT/TPOT p50 and throughput within 5 %, ITL p95 within 10 %): the realtime factor is at least
   ``RTF_OK``, at most ``LATE_SHARE_MAX`` of the steps were written later than ``LATE_STEP`` of a step,
-  and the emulator's own lateness (slips since each request arrived, its first token's late write) was
-  at most ``TTFT_LATE_SHARE_MAX`` of the TTFTs (``ttft_late_seconds_total`` / ``ttft_wall_seconds_total``);
+  and the emulator's own lateness (slips since each request reached the host, steps it joined late
+  because it was read after a plan it was due for, its first token's late write) was at most
+  ``TTFT_LATE_SHARE_MAX`` of the TTFTs (``ttft_late_seconds_total`` / ``ttft_wall_seconds_total``);
 - ``degraded``: TPOT p50 still holds (realtime factor at least ``RTF_DEGRADED``), throughput only if
   the realtime factor is at least ``RTF_OK``, and ``stands`` lists what else does not hold: ``ttft``
   (the emulator was late inside the TTFTs) and/or

@@ -34,6 +34,7 @@ class Flavour:
     prefill_joins_running = False  # a finished prefill joins the running batch (SGLang keeps two lists)
     decode_kv_at_apply = False  # decode tokens get their KV when the step is applied, not planned
     drafts_at_verify = False  # speculative drafts are proposed at verification, not at planning
+    decode_in_token_budget = False  # decode tokens use the step's token budget (vLLM), not only prefill
     # cost model: CUDA graphs also cover steps with prefill tokens (vLLM: any step up to the capture size)
     graph_covers_mixed = False
     # HTTP details

@@ -36,6 +36,7 @@ class VLLM(Flavour):
     argv_head = ("vllm", "serve")
     owned_by = "vllm"
     graph_covers_mixed = True
+    decode_in_token_budget = True
 
     # ---- flags --------------------------------------------------------------------------------------
     def parser(self, version: str | None = None) -> argparse.ArgumentParser:

@@ -116,3 +116,70 @@ def test_a_burst_read_past_the_first_step_is_counted_as_ttft_lateness() -> None:
     assert ev.slips >= 1 and ev.first_tokens == N
     assert late_per_request == pytest.approx(gap, rel=0.2), (late_per_request, gap, ttfts)
     assert ev.ttft_late_s / ev.ttft_wall_s > TTFT_SHARE  # the verdict's TTFT part does not stand
+
+
+def _late_reads(eng: Engine, on_time: int, late: int, late_by_steps: float) -> tuple[list[Req], list[Req]]:
+    """`on_time` requests submitted at t0; `late` more that reached the host at t0 too but are read
+    `late_by_steps` first steps after the first plan (a starved CPU); returns both once all are
+    answered."""
+    step = eng.cost.step([(ISL, 0)] * on_time, 0, 0, 0).total * SCALE
+
+    async def scenario() -> tuple[list[Req], list[Req]]:
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(eng.run())
+        await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        conns = []
+
+        def submit(i: int) -> Req:
+            conn = Conn(lambda req, c: None)
+            conn.connection_made(_Transport())  # type: ignore[arg-type]
+            conns.append(conn)
+            r = Req(f"r{i}", [300 + i + k for k in range(ISL)], 4, True, _Sink(conn))
+            r.host_arrival = t0
+            eng.submit_after_intake(r)
+            return r
+
+        first = [submit(i) for i in range(on_time)]
+        while late and not eng.plans:  # the first step is planned: the late ones are still unread
+            await asyncio.sleep(0.0005)
+        await asyncio.sleep(late_by_steps * step)
+        reqs = [submit(on_time + i) for i in range(late)]
+        end = time.perf_counter() + 10
+        while eng.evidence.first_tokens < on_time + late and time.perf_counter() < end:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        return first, reqs
+
+    return asyncio.run(scenario())
+
+
+def test_requests_read_after_a_plan_with_room_for_them_are_charged_the_steps_they_missed() -> None:
+    """4 of 8 requests of a burst (4,096 of the step's 8,192 tokens) are read in time; the other 4 came
+    with them but are read during that first step. The replay puts all 8 in the first step; live they
+    join a later one: each is charged from the plan it missed to the plan it joined."""
+    eng, _, _ = _engine()
+    _, late = _late_reads(eng, 4, 4, 0.5)
+    charged = [r.entry_late for r in late]
+    assert all(c > 0 for c in charged), charged
+    plans = [p[0] for p in eng.plans]
+    # from the first plan (which had room for them) to a later one they joined, the same for all four
+    assert any(charged[0] == pytest.approx(p - plans[0], rel=1e-6) for p in plans[1:]), (charged, plans)
+    assert charged == pytest.approx([charged[0]] * 4)
+    ev = eng.evidence
+    assert ev.ttft_late_s >= sum(charged)
+    assert ev.ttft_late_s / ev.ttft_wall_s > TTFT_SHARE  # the verdict's TTFT part does not stand
+
+
+def test_only_the_requests_that_fit_the_missed_plan_are_charged() -> None:
+    """6 read late where the first plan had room for 4 more: the replay would have left 2 waiting too."""
+    eng, _, _ = _engine()
+    _, late = _late_reads(eng, 4, 6, 0.5)
+    assert sum(r.entry_late > 0 for r in late) == 4, [r.entry_late for r in late]
+
+
+def test_requests_read_on_time_are_charged_nothing() -> None:
+    eng, _, _ = _engine()
+    on_time, _ = _late_reads(eng, 8, 0, 0.0)
+    assert eng.evidence.first_tokens == 8 and eng.late_entries == []
+    assert [r.entry_late for r in on_time] == [0.0] * 8
