@@ -67,6 +67,7 @@ class Engine(Scheduler):
         # with room, but read after it, joined a later step than the replay's (entry lateness).
         self.plans: collections.deque[list[float]] = collections.deque(maxlen=256)
         self.late_entries: list[tuple[Req, float]] = []
+        self.intakes: dict[int, tuple[float, asyncio.TimerHandle, Any]] = {}  # id(req): its intake timer
 
     def submit_after_intake(self, r: Req) -> None:
         """The request reaches the scheduler the engine's intake latency after it reached this host
@@ -91,6 +92,7 @@ class Engine(Scheduler):
             return
 
         def arrive() -> None:
+            self.intakes.pop(id(r), None)
             if r.finished:  # the client went away meanwhile (abort marks it finished)
                 return
             if self.dead:  # the engine died meanwhile: fail it as fail_all did the others
@@ -103,7 +105,17 @@ class Engine(Scheduler):
                 r.arrival = r.queued_at = due
                 self._check_entry(r, due)
 
-        asyncio.get_running_loop().call_later(due - now, arrive)
+        handle = asyncio.get_running_loop().call_later(due - now, arrive)
+        self.intakes[id(r)] = (due, handle, arrive)
+
+    def _admit_due(self, now: float) -> None:
+        """Submit, before a plan, every request whose intake is due by then but whose timer has not run:
+        the loop's timers wake late (uvloop's are whole milliseconds), and a request left to its timer
+        joined the next step instead of this one, a step of TTFT the replay does not have."""
+        due_now = [entry for entry in self.intakes.values() if entry[0] <= now]
+        for _, handle, arrive in sorted(due_now, key=lambda entry: entry[0]):
+            handle.cancel()
+            arrive()
 
     def _check_entry(self, r: Req, due: float) -> None:
         """A request submitted after its due time: the first plan since then that had room for its
@@ -227,6 +239,8 @@ class Engine(Scheduler):
                     alone = self.cost.step([(n, 0)], 0, 0, 0).total * self.scale
                     await self._wait_burst(min(GRACE_MAX_S, GRACE_FRACTION * alone) - (perf() - first))
             planned = perf()
+            if self.intakes:
+                self._admit_due(planned)
             prefill, decode, dec_tokens, dec_ctx = self.plan()
             self._note_plan(planned, prefill, dec_tokens)
             if not prefill and not decode:

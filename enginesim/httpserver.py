@@ -40,7 +40,7 @@ SO_TIMESTAMPNS = 35  # Linux (asm-generic); the socket module has no name for it
 KERNEL_STAMPS = sys.platform.startswith("linux")
 _TIMESPEC = struct.Struct("@qq")
 _CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
-READ_SIZE = 262144
+READ_SIZE = 65536  # below malloc's mmap threshold: recvmsg allocates this much per read
 
 # Stream chunks are buffered per connection and written together: one write per connection per flush.
 # Writes made outside the engine loop are flushed by a call_soon callback. The engine computes a step
