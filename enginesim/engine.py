@@ -67,7 +67,8 @@ class Engine(Scheduler):
         # with room, but read after it, joined a later step than the replay's (entry lateness).
         self.plans: collections.deque[list[float]] = collections.deque(maxlen=256)
         self.late_entries: list[tuple[Req, float]] = []
-        self.intakes: dict[int, tuple[float, asyncio.TimerHandle, Any]] = {}  # id(req): its intake timer
+        # id(req): (due, its timer, req) for the requests still in the intake
+        self.intakes: dict[int, tuple[float, asyncio.TimerHandle | None, Req]] = {}
 
     def submit_after_intake(self, r: Req) -> None:
         """The request reaches the scheduler the engine's intake latency after it reached this host
@@ -85,37 +86,49 @@ class Engine(Scheduler):
         now = time.perf_counter()
         delay = self.cost.intake(len(r.ctx), r.text_prompt) * self.scale
         due = min(r.host_arrival or now, now) + delay
-        if due <= now:
-            self.submit(r)
-            r.arrival = r.queued_at = due
-            self._check_entry(r, due)
+        if due <= now:  # read after its intake was over: it goes in behind those that fell due before it
+            self.intakes[id(r)] = (due, None, r)
+            self._admit_due(now)
             return
 
-        def arrive() -> None:
-            self.intakes.pop(id(r), None)
-            if r.finished:  # the client went away meanwhile (abort marks it finished)
-                return
-            if self.dead:  # the engine died meanwhile: fail it as fail_all did the others
-                r.finished = True
-                r.finish_reason = {"type": "abort", "message": f"engine dead: {self.dead}"}
-                r.sink.fail(r, f"engine dead: {self.dead}")
-                return
-            self.submit(r)
-            if due < r.arrival:  # the timer ran late: the request arrived when it was due
-                r.arrival = r.queued_at = due
-                self._check_entry(r, due)
+        loop = asyncio.get_running_loop()
 
-        handle = asyncio.get_running_loop().call_later(due - now, arrive)
-        self.intakes[id(r)] = (due, handle, arrive)
+        def wake() -> None:
+            now = time.perf_counter()
+            if now < due:  # uvloop counts a timer from the loop's cached time: this one woke early
+                self.intakes[id(r)] = (due, loop.call_later(due - now, wake), r)
+                return
+            self._admit_due(now)  # every intake due by now, in the order they fell due
+
+        self.intakes[id(r)] = (due, loop.call_later(due - now, wake), r)
 
     def _admit_due(self, now: float) -> None:
-        """Submit, before a plan, every request whose intake is due by then but whose timer has not run:
-        the loop's timers wake late (uvloop's are whole milliseconds), and a request left to its timer
-        joined the next step instead of this one, a step of TTFT the replay does not have."""
-        due_now = [entry for entry in self.intakes.values() if entry[0] <= now]
-        for _, handle, arrive in sorted(due_now, key=lambda entry: entry[0]):
-            handle.cancel()
-            arrive()
+        """Submit every request whose intake is due by `now`, in the order they fell due.
+
+        A timer alone gets both wrong: the loop's timers wake late (uvloop's are whole milliseconds),
+        and a request left to its timer joined the next step instead of this one; and uvloop counts a
+        timer from the loop's cached time, so one created after a long read (an 8,192-id body) woke
+        before requests that fell due earlier and took their place in the queue. The engine calls
+        this before every plan; each timer calls it when it wakes."""
+        due_now = sorted((entry for entry in self.intakes.values() if entry[0] <= now), key=lambda e: e[0])
+        for due, handle, r in due_now:
+            if handle is not None:
+                handle.cancel()
+            del self.intakes[id(r)]
+            self._intake_done(r, due)
+
+    def _intake_done(self, r: Req, due: float) -> None:
+        if r.finished:  # the client went away meanwhile (abort marks it finished)
+            return
+        if self.dead:  # the engine died meanwhile: fail it as fail_all did the others
+            r.finished = True
+            r.finish_reason = {"type": "abort", "message": f"engine dead: {self.dead}"}
+            r.sink.fail(r, f"engine dead: {self.dead}")
+            return
+        self.submit(r)
+        if due < r.arrival:  # the timer ran late: the request arrived when it was due
+            r.arrival = r.queued_at = due
+            self._check_entry(r, due)
 
     def _check_entry(self, r: Req, due: float) -> None:
         """A request submitted after its due time: the first plan since then that had room for its
