@@ -1,5 +1,5 @@
 """A burst of requests read in one pass of the live engine's event loop: the first step keeps the
-replay's schedule, counted from when the first request was due at the scheduler (read + intake), not
+replay's schedule, counted from when the first request was due at the scheduler (host arrival + intake), not
 from when the loop got round to it; a read too slow for that is counted as TTFT lateness.
 
 (short_decode_c64, C=64 x 1,024-id prompts: reading the burst held every intake timer 20-115 ms; the
