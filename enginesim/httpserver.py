@@ -105,12 +105,9 @@ def kernel_stamp(ancillary: list[tuple[int, int, bytes]], now: float) -> float |
 
 
 class Request:
-    __slots__ = ("arrival", "body", "headers", "method", "path", "query")
+    __slots__ = ("body", "headers", "method", "path", "query")
 
-    def __init__(
-        self, method: str, target: str, headers: dict[str, str], body: bytes, arrival: float = 0.0
-    ) -> None:
-        self.arrival = arrival  # perf_counter clock: the kernel's receive time of its last byte
+    def __init__(self, method: str, target: str, headers: dict[str, str], body: bytes) -> None:
         self.method = method
         parts = urlsplit(target)
         self.path = parts.path
@@ -147,7 +144,7 @@ class Conn(asyncio.Protocol):
         self.held = False  # queued in HELD (for a step's deadline), not in PENDING
         self.close_after = False
         self.read_at = 0.0  # arrival of the bytes read last (kernel stamp where there is one)
-        self.arrival = 0.0  # arrival of the request being handled
+        self.arrival = 0.0  # the request being handled: the kernel's receive time of its last byte
         self.stamped: socket.socket | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -179,8 +176,7 @@ class Conn(asyncio.Protocol):
                 os.close(fd)
             return
         self.stamped = dup
-        pause = transport.pause_reading  # type: ignore[attr-defined]
-        pause()
+        transport.pause_reading()  # type: ignore[attr-defined]
         loop.call_soon(self._pause_transport)
         self._readable()
 
@@ -279,7 +275,7 @@ class Conn(asyncio.Protocol):
             )
             self.busy = True
             self.arrival = self.read_at
-            self.dispatch(Request(method, target, headers, body, self.read_at), self)
+            self.dispatch(Request(method, target, headers, body), self)
 
     def _dechunk(self, pos: int) -> tuple[bytes | None, int]:
         out = bytearray()

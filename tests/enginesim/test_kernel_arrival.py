@@ -38,7 +38,7 @@ async def _burst(connect_first: bool) -> tuple[list[float], list[float], list[fl
 
     def dispatch(req: httpserver.Request, conn: httpserver.Conn) -> None:
         i = int(req.body.split(b",")[0].split(b":")[1])
-        arrivals[i] = req.arrival
+        arrivals[i] = conn.arrival
         handled[i] = time.perf_counter()
         conn.send(httpserver.Response(200, b"{}"))
 
