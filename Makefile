@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Extra arguments for ansible-playbook, e.g. make run ARGS="-i inventory/dual --tags mixed"
 ARGS ?=
 
-.PHONY: sglang-client all venv run test lint unit system-deps zipapp bench clean role-docs collection collection-sanity sanity-venvs
+.PHONY: sglang-client vllm-client all venv run test lint unit system-deps zipapp bench clean role-docs collection collection-sanity sanity-venvs
 
 all: test
 
@@ -33,6 +33,11 @@ zipapp: $(STAMP)
 sglang-client: $(STAMP)
 	PYTHON=$(PY) bash tools/install_sglang_client.sh .sglang-client
 
+# vLLM's own benchmark client (`vllm bench serve`) in .vllm-client/: the whole vllm wheel with torch
+# (about 11 GB, 3-5 minutes), since the client imports torch. The test that runs it against enginesim uses it.
+vllm-client: $(STAMP)
+	PYTHON=$(PY) bash tools/install_vllm_client.sh .vllm-client
+
 # Debian packages the multi-host test rig needs (sshd, ip). Installed only when missing, only as root.
 system-deps:
 	@bash tests/rig/install_system_deps.sh
@@ -51,9 +56,9 @@ SKIP_REPORT := build/pytest-skips.json
 # Both cores: each xdist worker takes whole test files (the rig files test by test), longest first
 # (tests/conftest.py), and builds its own rig. One area: .venv/bin/pytest -q tests/<area> (no -n needed).
 PYTEST_WORKERS ?= 2
-# lint and ansible-test's sanity environments (pip, mostly one core) run side by side on the two cores.
+# lint, ansible-test's sanity environments and vLLM's client (pip: mostly download and unpack) run side by side.
 test: $(STAMP) system-deps zipapp sglang-client
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint sanity-venvs
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint sanity-venvs vllm-client
 	@rm -f $(SKIP_REPORT)
 	QUICKMAP_SKIP_REPORT=$(SKIP_REPORT) $(VENV)/bin/pytest -q -ra -n $(PYTEST_WORKERS) --durations=15; rc=$$?; \
 	$(PY) .ci/check_skips.py $(SKIP_REPORT) .ci/allowed-skips.txt; gate=$$?; \

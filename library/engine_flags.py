@@ -53,6 +53,14 @@ options:
     description: Environment for the commands (docker -e for the docker runtime).
     type: dict
     default: {}
+  docker_args:
+    description: >-
+      Extra C(docker run) options before the image (docker runtime), for example V([--gpus, all]): the
+      help runs where the server will. vLLM's C(vllm serve --help) and C(vllm --version) fail with
+      C(Failed to infer device type) in a container that sees no GPU.
+    type: list
+    elements: str
+    default: []
   flags:
     description: The rendered server flags, one argv word per item (values included; they are skipped).
     type: list
@@ -170,6 +178,7 @@ argument_spec = dict(
     help_command=dict(type="list", elements="str", required=True),
     version_command=dict(type="list", elements="str", default=[]),
     environment=dict(type="dict", default={}),
+    docker_args=dict(type="list", elements="str", default=[]),
     flags=dict(type="list", elements="str", default=[]),
     flags_lines=dict(type="list", elements="str", default=[]),
     renames=dict(type="dict", default={}),
@@ -183,7 +192,7 @@ def _wrap(p: dict, cmd: list[str]) -> list[str]:
     if p["runtime"] != "docker":
         return list(cmd)
     env = [w for k, v in sorted(p["environment"].items()) for w in ("-e", f"{k}={v}")]
-    return ["docker", "run", "--rm", "--entrypoint", "", *env, p["image"], *cmd]
+    return ["docker", "run", "--rm", "--entrypoint", "", *p["docker_args"], *env, p["image"], *cmd]
 
 
 def _run(module: AnsibleModule, p: dict, cmd: list[str]) -> tuple[int, str, str]:

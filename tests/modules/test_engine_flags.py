@@ -164,3 +164,38 @@ def test_versions_and_rename_rules() -> None:
     assert "needs exactly since and flag" in validate_renames({"--a": [{"flag": "--b"}]})
     assert "is not a flag" in validate_renames({"--a": [{"since": "1.0", "flag": "b; rm"}]})
     assert validate_renames(RENAMES) is None
+
+
+def test_docker_help_runs_with_the_servers_gpus(run, tmp_path: Path, monkeypatch) -> None:
+    """vLLM's `vllm serve --help` and `vllm --version` fail in a container that sees no GPU (vLLM 0.11.2:
+    "Failed to infer device type"); the image's help must run with the GPUs the server will get."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "docker").write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n'
+        'if [ "$1" = image ]; then echo \'[{"Id": "sha256:vv"}]\'; exit 0; fi\n'
+        'case " $* " in *" --gpus all "*) ;;\n'
+        '  *) echo "RuntimeError: Failed to infer device type" >&2; exit 1;; esac\n'
+        'case "$*" in *--version) echo 0.11.2;;\n'
+        '  *--help) printf "options:\\n  --max-num-seqs MAX_NUM_SEQS\\n";; esac\n'
+    )
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    args = {
+        "engine": "vllm",
+        "runtime": "docker",
+        "image": "vllm/vllm-openai:v0.11.2",
+        "help_command": ["vllm", "serve", "--help"],
+        "version_command": ["vllm", "--version"],
+        "flags": ["--max-num-seqs", "256"],
+        "cache_dir": str(tmp_path / "a"),
+    }
+    status, res = run("engine_flags", args)
+    assert status == "fail" and "Failed to infer device type" in res["msg"], res
+    gpus = dict(args, cache_dir=str(tmp_path / "b"), docker_args=["--gpus", "all"])
+    status, res = run("engine_flags", gpus)
+    assert status == "exit" and res["version"] == "0.11.2" and res["unknown"] == [], res
+    runs = [line.split() for line in calls.read_text().splitlines() if line.startswith("run ")]
+    image, gpu_opts = "vllm/vllm-openai:v0.11.2", ["--gpus", "all"]
+    assert runs[-1] == ["run", "--rm", "--entrypoint", *gpu_opts, image, "vllm", "serve", "--help"]

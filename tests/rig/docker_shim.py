@@ -19,6 +19,8 @@ Implemented: `docker version`, `docker run [-d] --name N [opts] IMAGE CMD...`, `
 (an emulated image: id = hash of the reference). An image tag's version (`:v0.5.6-cu129`) becomes
 ENGINESIM_ENGINE_VERSION in the container, and `python3 -m pip show sglang` / `vllm --version` there
 print the emulated version, so preflight's flag check reads the emulated version's own `--help`.
+As real vLLM 0.11.2 does, `vllm ...` in a container started without `--gpus` exits 1 with "Failed to
+infer device type" (its server parser cannot pick a device where no GPU is visible).
 Anything else exits 125 with a message, so a role that starts to depend on another docker feature
 fails loudly on the rig instead of passing.
 Options that the real CLI validates against the host (a `--device` path that does not exist, a name
@@ -305,6 +307,19 @@ def is_client(cmd: list[str]) -> bool:
     return len(cmd) >= 2 and Path(cmd[0]).name.startswith("python") and cmd[1].endswith("loadgen.pyz")
 
 
+def _vllm_without_gpu() -> list[str]:
+    """What vLLM 0.11.2 does in a container that sees no GPU: `vllm serve` (its --help included) and
+    `vllm --version` build the server's argument parser, whose device config cannot infer a device
+    (checked with the real vllm 0.11.2 wheel on a box without a GPU). `vllm bench` alone switches to
+    the CPU platform."""
+    python = os.environ.get("QM_SHIM_PYTHON", sys.executable)
+    msg = (
+        "RuntimeError: Failed to infer device type, please set the environment variable "
+        "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue."
+    )
+    return [python, "-S", os.path.abspath(__file__), "__exit", "1", msg]
+
+
 def container_argv(parsed: dict) -> list[str]:
     """The host command that stands in for the container's: enginesim for an engine, a GPU replay for
     the calibration (after the checks the real container would fail: the zipapp and --out must be in
@@ -322,6 +337,8 @@ def container_argv(parsed: dict) -> list[str]:
             return [*fail, f"rig shim: -w {workdir} is not in a writable bind mount of the container"]
         return [python, *cmd[1:]]
     if not is_calibration(cmd):
+        if cmd[:1] == ["vllm"] and not parsed["opts"].get("--gpus"):
+            return _vllm_without_gpu()
         return engine_argv(cmd)
     mounts = _mounts(parsed["opts"])
     python = os.environ.get("QM_SHIM_PYTHON", sys.executable)

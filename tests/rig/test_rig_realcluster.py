@@ -44,6 +44,8 @@ def test_seed_flag_spelling_unknown_to_the_image_version_is_refused(ansible: Ans
     assert (
         helps == [[*helps[0][:-4], "python3", "-m", "sglang.launch_server", "--help"]] and "--rm" in helps[0]
     )
+    # with the GPUs the server gets (engine_docker_gpus): vLLM's help fails in a container that sees none
+    assert helps[0][helps[0].index("--gpus") + 1] == "all", helps[0]
 
 
 @pytest.mark.parametrize(
