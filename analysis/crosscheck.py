@@ -96,7 +96,7 @@ def _counter_sum(text: str, names: tuple[str, ...]) -> float | None:
 
 
 def server_prompt_tokens(case_dir: Path, client: str) -> float | None:
-    """Prefill tokens per request the server counted in one client's window (warm-up included).
+    """Prompt tokens per request the server counted in one client's window (warm-up included).
 
     Why: a client reports the prompt length it planned; the server's counter shows what arrived. None
     when a scrape or a counter is missing, unparsable, or no request ran in the window."""
@@ -243,8 +243,9 @@ def section(comparisons: list[dict[str, Any]]) -> list[str]:
         "run is judged on its own /metrics window: a figure from a window the emulator's verdict does "
         "not vouch for (saturated, unknown, or degraded for that figure) is marked not comparable, "
         "since a difference there is the emulator's, not the clients'. The prompt rows show what each "
-        "client sent: its own count, and the prefill tokens per request the server counted in its "
-        "window (warm-up included, prefix-cache hits excluded).",
+        "client sent: its own count, and the prompt tokens per request the server counted in its "
+        "window (whole prompts, prefix-cache hits included, as the engines count them; warm-up and a "
+        "client's own test request included).",
         "",
     ]
     for comp in comparisons:

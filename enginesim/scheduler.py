@@ -148,7 +148,7 @@ class Stats:
 
     def __init__(self, flavour: Flavour) -> None:
         buckets = flavour.histogram_buckets()
-        self.prompt_tokens = 0
+        self.prompt_tokens = 0  # whole prompts, cached part included, as the engine counts them
         self.generation_tokens = 0
         self.cached_tokens = 0
         self.requests = 0
@@ -415,6 +415,8 @@ class Scheduler:
                     first_tokens.append(r)
                     if not r.health:
                         stats.ttft.observe(now - r.arrival)
+                        if fl.prompt_tokens_at_first_token:
+                            stats.prompt_tokens += r.prompt_len
                 elif not r.health:
                     stats.itl.observe(now - r.last_emit)
                 r.last_emit = now
@@ -496,7 +498,6 @@ class Scheduler:
                     self.private_used -= extra
         gen += sum(1 for r, _ in prefill if r.computed >= r.fill_len)
         stats.generation_tokens += gen
-        stats.prompt_tokens += new_prefill_tokens
         self.gen_tokens_since_log += gen
         self.gen_tokens_since_stats += gen
         self.prompt_tokens_since_stats += new_prefill_tokens
@@ -586,6 +587,8 @@ class Scheduler:
             st.finished_by_reason[r.finish_reason["type"] if r.finish_reason else "length"] += 1
             if r.cached_tokens:
                 st.cached_tokens += r.cached_tokens
+            if not self.flavour.prompt_tokens_at_first_token:
+                st.prompt_tokens += r.prompt_len
         r.sink.emit(r, True)
         self.completed += 0 if r.health else 1
         self._notify()

@@ -35,6 +35,9 @@ class Flavour:
     decode_kv_at_apply = False  # decode tokens get their KV when the step is applied, not planned
     drafts_at_verify = False  # speculative drafts are proposed at verification, not at planning
     decode_in_token_budget = False  # decode tokens use the step's token budget (vLLM), not only prefill
+    # `<engine>:prompt_tokens_total` counts a request's whole prompt (its cached part too) once: SGLang
+    # when it finishes (TokenizerMetricsCollector), vLLM when its first token comes out (IterationStats)
+    prompt_tokens_at_first_token = False
     # cost model: CUDA graphs also cover steps with prefill tokens (vLLM: any step up to the capture size)
     graph_covers_mixed = False
     # HTTP details

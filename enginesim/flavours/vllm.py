@@ -37,6 +37,7 @@ class VLLM(Flavour):
     owned_by = "vllm"
     graph_covers_mixed = True
     decode_in_token_budget = True
+    prompt_tokens_at_first_token = True
 
     # ---- flags --------------------------------------------------------------------------------------
     def parser(self, version: str | None = None) -> argparse.ArgumentParser:

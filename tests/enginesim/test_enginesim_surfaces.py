@@ -168,3 +168,28 @@ def test_fault_injection_oom_crash_slow_start_hang(start) -> None:
         hung = True
     assert hung
     assert httpx.get(hang.url + "/health", timeout=5).status_code == 503
+
+
+def _counter(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def test_prompt_tokens_count_whole_prompts_cached_part_included(start) -> None:
+    """SGLang's and vLLM's `prompt_tokens_total` count each request's whole prompt once (SGLang's
+    TokenizerMetricsCollector at finish, vLLM's IterationStats at the first token), cache hits included;
+    the cached part has its own counter. A client reading the counter learns what was sent."""
+    prompt = list(range(300, 300 + 512))
+    for args, name, cached in (
+        ([*SGL, "--enable-metrics"], "sglang:prompt_tokens_total", "sglang:cached_tokens_total"),
+        (["vllm", "serve", "Qwen/Qwen3-0.6B", "--max-model-len", "4096"], "vllm:prompt_tokens_total",
+         "vllm:prefix_cache_hits_total"),
+    ):  # fmt: skip
+        srv = start(args)
+        before = httpx.get(srv.url + "/metrics").text
+        for _ in range(2):  # the second one hits the prefix cache
+            body = {"prompt": prompt, "max_tokens": 2, "ignore_eos": True}
+            r = httpx.post(srv.url + "/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+        after = httpx.get(srv.url + "/metrics").text
+        assert _counter(after, cached) - _counter(before, cached) >= 256, (name, after)
+        assert _counter(after, name) - _counter(before, name) == 2 * len(prompt), name
