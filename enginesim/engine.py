@@ -39,6 +39,7 @@ from .pacing import (
     GRACE_FRACTION,
     GRACE_MAX_S,
     Evidence,
+    gc_clock,
     request_short_slice,
 )
 from .scheduler import Req, Scheduler, Sink, Stats
@@ -226,16 +227,30 @@ class Engine(Scheduler):
             handle.cancel()
             self._gather = None
 
+    def _slip_line(self, slipped: float, now: float, mark: tuple[float, float, float]) -> None:
+        """Say what the process did while its schedule slipped: CPU close to the wall = this loop was
+        busy (reading a burst, collecting garbage); far under it = the box did not run it."""
+        wall, cpu, gc_s = mark
+        self.log.warning(
+            f"enginesim: schedule slipped {slipped * 1e3:.1f} ms before step {self.evidence.steps + 1}; "
+            f"in the {(now - wall) * 1e3:.1f} ms since the loop's last step or idle wait this process "
+            f"ran {(time.process_time() - cpu) * 1e3:.1f} ms of CPU, "
+            f"{(gc_clock().seconds - gc_s) * 1e3:.1f} ms of it collecting garbage"
+        )
+
     async def run(self) -> None:
         perf = time.perf_counter
         ev = self.evidence
         busy = False
         short = 0.0  # wall length of the shorter of the last two steps: bounds the arrival wait
+        gcc = gc_clock()
+        mark = (perf(), time.process_time(), gcc.seconds)  # for a slip's evidence line
         while True:
             if self.dead or self.hung or self.idle():
                 flush_pending()
                 busy = False
                 self.wake.clear()
+                mark = (perf(), time.process_time(), gcc.seconds)
                 await self.wake.wait()
                 continue
             if not busy:
@@ -272,6 +287,7 @@ class Engine(Scheduler):
             if now - start > length:  # more than one step behind: move the schedule, never burst
                 slipped = now - start
                 ev.slip(slipped)
+                self._slip_line(slipped, now, mark)
                 self.wall0 += slipped
                 start = now
             self.sim_t += c.total
@@ -295,6 +311,7 @@ class Engine(Scheduler):
             if self.dead:
                 continue
             self.last_step_wall = done
+            mark = (done, time.process_time(), gcc.seconds)
             # a slipped step was late by the slip too: the evidence counts lateness against the schedule
             late = wrote - deadline + slipped
             ev.step(c.total, length, late, done - wrote, done, len(decode) + len(prefill))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import gc
 import os
 import platform
 import time
@@ -35,6 +36,32 @@ ARRIVAL_QUIET_S = 0.003
 # Lateness of a step's write behind its deadline, in units of that step's own wall length.
 LAG_STEP_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0]
 LAG_SECONDS_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1]
+
+
+class GcClock:
+    """Wall seconds this process spent in the garbage collector (gc.callbacks): a slip's evidence says
+    how much of the stall was a collection."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+
+_GC_CLOCK: list[GcClock] = []
+
+
+def gc_clock() -> GcClock:
+    """The process's one GcClock (created on first use)."""
+    if not _GC_CLOCK:
+        _GC_CLOCK.append(GcClock())
+    return _GC_CLOCK[0]
 
 
 class Evidence:

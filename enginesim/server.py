@@ -9,6 +9,7 @@ the engine is ready. Every line an engine prints its own way comes from its flav
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import socket
@@ -119,6 +120,10 @@ async def _amain(cfg: cli.Config, model: catalog.ModelSpec, hw: catalog.Hardware
         joined, head_server = await _wait_for_ranks(cfg, fl, log, engine, env, nccl_info, local_ranks, stop)
         if not joined:
             return 0 if head_server is not None or stop.is_set() else 1
+    # What exists now (vocabulary, catalog, cost tables) lives as long as the process: out of the
+    # collector's sight, a full collection in a case's burst costs ~0 ms instead of 5-20 ms.
+    gc.collect()
+    gc.freeze()
     fl.ready_lines(cfg, log)
     engine.ready = True
     await stop.wait()

@@ -11,7 +11,9 @@ the burst, and each first token's time is that of its write to the connection.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -53,6 +55,24 @@ class _Sink:
         raise AssertionError(message)
 
 
+class _Lines(NullLogger):
+    """Keeps the lines the engine writes."""
+
+    def __init__(self, flavour: str) -> None:
+        super().__init__(flavour)
+        self.lines: list[str] = []
+
+    def _write(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def _spin(seconds: float) -> None:
+    """Hold the loop on the CPU (a burst being parsed), not asleep."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _engine() -> tuple[Engine, float, float]:
     """The live engine, and the replay's TTFT and first step (emulated s) for the same burst."""
     cfg = cli.parse(FLAGS, {"ENGINESIM_TIME_SCALE": str(SCALE)})
@@ -63,10 +83,10 @@ def _engine() -> tuple[Engine, float, float]:
     ref = replay.run(cfg, replay.Workload(ISL, 4, N, N))
     step = cost.step([(ISL, 0)] * N, 0, 0, 0).total
     assert ref["median_ttft_ms"] == pytest.approx((cost.intake(ISL, False) + step) * 1e3)
-    return Engine(cfg, model, cap, cost, NullLogger(cfg.flavour)), ref["median_ttft_ms"] / 1e3, step
+    return Engine(cfg, model, cap, cost, _Lines(cfg.flavour)), ref["median_ttft_ms"] / 1e3, step
 
 
-def _burst(eng: Engine, read_s: float) -> list[float]:
+def _burst(eng: Engine, read_s: float, hold: Callable[[float], None] = time.sleep) -> list[float]:
     """Submit N requests, hold the loop `read_s` (reading the rest of the burst); wall TTFTs."""
 
     async def scenario() -> list[float]:
@@ -82,7 +102,7 @@ def _burst(eng: Engine, read_s: float) -> list[float]:
             transports.append(tr)
             prompt = [300 + i + k for k in range(ISL)]
             eng.submit_after_intake(Req(f"r{i}", prompt, 4, True, _Sink(conn)))
-        time.sleep(read_s)
+        hold(read_s)
         end = time.perf_counter() + 10
         while any(tr.first is None for tr in transports) and time.perf_counter() < end:
             await asyncio.sleep(0.005)
@@ -116,6 +136,27 @@ def test_a_burst_read_past_the_first_step_is_counted_as_ttft_lateness() -> None:
     assert ev.slips >= 1 and ev.first_tokens == N
     assert late_per_request == pytest.approx(gap, rel=0.2), (late_per_request, gap, ttfts)
     assert ev.ttft_late_s / ev.ttft_wall_s > TTFT_SHARE  # the verdict's TTFT part does not stand
+
+
+@pytest.mark.parametrize("hold", [time.sleep, _spin], ids=["descheduled", "busy"])
+def test_a_slip_says_whether_the_loop_was_busy_or_not_run(hold: Callable[[float], None]) -> None:
+    """A slip's log line gives the CPU this process ran while it slipped: close to the wall when the
+    loop itself was busy (parsing a burst, a collection), far under it when the box did not run it."""
+    eng, ref_ttft, step = _engine()
+    read = (ref_ttft - step + 2.0 * step) * SCALE
+    _burst(eng, read, hold)
+    lines = [x for x in eng.log.lines if "schedule slipped" in x]  # type: ignore[attr-defined]
+    assert eng.evidence.slips >= 1 and lines, eng.log.lines  # type: ignore[attr-defined]
+    m = re.search(
+        r"in the ([\d.]+) ms since .* ran ([\d.]+) ms of CPU, ([\d.]+) ms of it collecting", lines[0]
+    )
+    assert m, lines[0]
+    wall, cpu = float(m.group(1)), float(m.group(2))
+    assert wall >= read * 1e3 * 0.9, (wall, read)
+    if hold is time.sleep:
+        assert cpu < 0.5 * wall, lines[0]
+    else:
+        assert cpu > 0.7 * read * 1e3, lines[0]
 
 
 def _late_reads(eng: Engine, on_time: int, late: int, late_by_steps: float) -> tuple[list[Req], list[Req]]:
