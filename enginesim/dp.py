@@ -38,6 +38,7 @@ from .cli import Config
 from .engine import Engine
 from .flavours.base import Flavour
 from .httpserver import HELD, HOLD, flush_held, flush_pending
+from .intake import Intake
 from .logs import CORE, Logger
 from .metrics import Histogram
 from .pacing import BLOCKING_SLEEP_MAX_S, COARSE_MARGIN_S, GRACE_FRACTION, GRACE_MAX_S, Evidence
@@ -262,7 +263,7 @@ class _Pace:
 
 
 # ---- the live engine -------------------------------------------------------------------------------
-class DPEngine:
+class DPEngine(Intake):
     """N rank engines behind one App: the App's view of "the engine" (dispatch, sums, the driver)."""
 
     def __init__(
@@ -290,6 +291,7 @@ class DPEngine:
         self.pace = [_Pace() for _ in range(n)]
         self.pick = picker(cfg.flavour)
         self.where: dict[int, Engine] = {}
+        self.intakes: dict[int, tuple[float, asyncio.TimerHandle | None, Req]] = {}
         first = self.ranks[0]
         self.capacity = first.capacity
         self.max_running = first.max_running
@@ -395,30 +397,20 @@ class DPEngine:
     def _live_ids(self) -> set[int]:
         return {id(r) for k in self.ranks for r in (*k.waiting, *k.running)}
 
-    def submit_after_intake(self, r: Req) -> None:
-        """Dispatched when it reaches the engine core, the intake latency after its last byte reached
-        this host (as the replay does; Engine.submit_after_intake says why from the host's arrival)."""
-        now = time.perf_counter()
-        delay = self.ranks[0].cost.intake(len(r.ctx), r.text_prompt) * self.scale
-        due = min(r.host_arrival or now, now) + delay
-        if due <= now:
-            self.submit(r)
-            r.arrival = r.queued_at = due
+    def _intake_done(self, r: Req, due: float) -> None:
+        """Dispatch a request whose intake is over to a rank; a late one is charged against the plans
+        of the rank it went to (Engine._check_entry)."""
+        if r.finished:
             return
-
-        def arrive() -> None:
-            if r.finished:
-                return
-            if self.dead:
-                r.finished = True
-                r.finish_reason = {"type": "abort", "message": f"engine dead: {self.dead}"}
-                r.sink.fail(r, f"engine dead: {self.dead}")
-                return
-            self.submit(r)
-            if due < r.arrival:
-                r.arrival = r.queued_at = due
-
-        asyncio.get_running_loop().call_later(due - now, arrive)
+        if self.dead:
+            r.finished = True
+            r.finish_reason = {"type": "abort", "message": f"engine dead: {self.dead}"}
+            r.sink.fail(r, f"engine dead: {self.dead}")
+            return
+        self.submit(r)
+        if due < r.arrival:
+            r.arrival = r.queued_at = due
+            self.where[id(r)]._check_entry(r, due)
 
     def abort(self, r: Req) -> None:
         (self.where.pop(id(r), None) or self.ranks[0]).abort(r)
@@ -441,6 +433,8 @@ class DPEngine:
     def _start(self, i: int, now: float) -> None:
         """Plan, price and compute rank i's next step (writes held) when its time to plan has come."""
         k, p = self.ranks[i], self.pace[i]
+        if self.intakes:
+            self._admit_due(now)  # every request due by now reaches its rank before this rank plans
         if k.dead or k.hung or p.blocked:
             return
         if k.idle():
@@ -462,6 +456,7 @@ class DPEngine:
         if now < p.plan_at and self.submitted < p.gather_until and not full:
             return
         prefill, decode, dec_tokens, dec_ctx = k.plan()
+        k._note_plan(now, prefill, dec_tokens)
         if not prefill and not decode:
             p.blocked = True  # KV blocked: wait for a finish or an abort
             return

@@ -17,8 +17,9 @@ from collections.abc import Callable
 
 import pytest
 
-from enginesim import catalog, cli, replay
+from enginesim import catalog, cli, flavours, replay
 from enginesim.capacity import compute
+from enginesim.dp import DPEngine
 from enginesim.engine import Engine
 from enginesim.httpserver import Conn
 from enginesim.logs import NullLogger
@@ -159,7 +160,21 @@ def test_a_slip_says_whether_the_loop_was_busy_or_not_run(hold: Callable[[float]
         assert cpu > 0.7 * read * 1e3, lines[0]
 
 
-def _late_reads(eng: Engine, on_time: int, late: int, late_by_steps: float) -> tuple[list[Req], list[Req]]:
+def _dp_engine(size: int) -> DPEngine:
+    """The data-parallel driver of `size` ranks (SGLang: round robin), in-process."""
+    cfg = cli.parse([*FLAGS, "--dp-size", str(size)], {"ENGINESIM_TIME_SCALE": str(SCALE)})
+    model = catalog.load_model(cfg.model_path)
+    hw = catalog.load_hardware(cfg.sim.hardware, cfg.sim.hw_override)
+    return DPEngine(cfg, flavours.get(cfg.flavour), model, hw, compute(cfg, model, hw), _Lines(cfg.flavour))
+
+
+def _planned(eng: Engine | DPEngine) -> bool:
+    return any(k.plans for k in (eng.ranks if isinstance(eng, DPEngine) else [eng]))
+
+
+def _late_reads(
+    eng: Engine | DPEngine, on_time: int, late: int, late_by_steps: float
+) -> tuple[list[Req], list[Req]]:
     """`on_time` requests submitted at t0; `late` more that reached the host at t0 too but are read
     `late_by_steps` first steps after the first plan (a starved CPU); returns both once all are
     answered."""
@@ -182,7 +197,9 @@ def _late_reads(eng: Engine, on_time: int, late: int, late_by_steps: float) -> t
             return r
 
         first = [submit(i) for i in range(on_time)]
-        while late and not eng.plans:  # the first step is planned: the late ones are still unread
+        end = time.perf_counter() + 10
+        while late and not _planned(eng):  # the first step is planned: the late ones are still unread
+            assert time.perf_counter() < end, "no plan was recorded in 10 s"
             await asyncio.sleep(0.0005)
         await asyncio.sleep(late_by_steps * step)
         reqs = [submit(on_time + i) for i in range(late)]
@@ -217,6 +234,18 @@ def test_only_the_requests_that_fit_the_missed_plan_are_charged() -> None:
     eng, _, _ = _engine()
     _, late = _late_reads(eng, 4, 6, 0.5)
     assert sum(r.entry_late > 0 for r in late) == 4, [r.entry_late for r in late]
+
+
+def test_the_dp_driver_charges_late_reads_on_the_rank_they_joined() -> None:
+    """Two data-parallel ranks, round robin: 2 requests each read in time, 2 more each read during the
+    first steps. Each rank's first plan had room for its late ones; they are charged, and the TTFT
+    part of the verdict does not stand. (Before the DP driver shared the intake, nothing was charged.)"""
+    eng = _dp_engine(2)
+    _, late = _late_reads(eng, 4, 4, 0.5)
+    assert sorted({id(eng.where[id(r)]) for r in late}) == sorted(id(k) for k in eng.ranks)
+    assert all(r.entry_late > 0 for r in late), [r.entry_late for r in late]
+    ev = eng.evidence
+    assert ev.first_tokens == 8 and ev.ttft_late_s / ev.ttft_wall_s > TTFT_SHARE
 
 
 def test_requests_read_on_time_are_charged_nothing() -> None:
