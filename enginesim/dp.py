@@ -501,7 +501,9 @@ class DPEngine(Intake):
             k.evidence.first_token_step(length, late, wrote - deadline, done, k.last_first_tokens)
         grace = GRACE_FRACTION * min(length, p.short or length)
         p.short = length
-        p.plan_at = done + (min(GRACE_MAX_S, grace) if k.last_finished else 0.0)
+        p.plan_at = done
+        if k.last_finished:  # bounded as engine.py bounds it (Engine.decode_floor)
+            p.plan_at += min(GRACE_MAX_S, grace, GRACE_FRACTION * (k.decode_floor() or length))
         p.gather_until = self.submitted + k.last_finished
 
     async def run(self) -> None:
