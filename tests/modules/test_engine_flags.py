@@ -77,17 +77,24 @@ def test_help_is_cached_per_digest_and_not_written_in_check_mode(run, tmp_path: 
     assert Path(res["cache_file"]).name.startswith("cmd-")
 
 
-def test_docker_runtime_reads_the_cache_of_the_image_digest(run, tmp_path: Path, monkeypatch) -> None:
-    """A cached help for the image id is used without running the image (the resume path)."""
+def _fake_docker(tmp_path: Path, monkeypatch, image_id: str, body: str) -> Path:
+    """A `docker` first on PATH that logs its arguments to the returned file, answers `image inspect`
+    with `image_id` and runs the shell `body` for anything else."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
     (bin_dir / "docker").write_text(
         f'#!/bin/sh\necho "$@" >> {calls}\n'
-        'if [ "$1" = image ]; then echo \'[{"Id": "sha256:abc"}]\'; exit 0; fi\nexit 99\n'
+        f'if [ "$1" = image ]; then echo \'[{{"Id": "{image_id}"}}]\'; exit 0; fi\n' + body
     )
     (bin_dir / "docker").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return calls
+
+
+def test_docker_runtime_reads_the_cache_of_the_image_digest(run, tmp_path: Path, monkeypatch) -> None:
+    """A cached help for the image id is used without running the image (the resume path)."""
+    calls = _fake_docker(tmp_path, monkeypatch, "sha256:abc", "exit 99\n")
     cache = tmp_path / "cache"
     cache.mkdir()
     help_text = (
@@ -169,19 +176,15 @@ def test_versions_and_rename_rules() -> None:
 def test_docker_help_runs_with_the_servers_gpus(run, tmp_path: Path, monkeypatch) -> None:
     """vLLM's `vllm serve --help` and `vllm --version` fail in a container that sees no GPU (vLLM 0.11.2:
     "Failed to infer device type"); the image's help must run with the GPUs the server will get."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls"
-    (bin_dir / "docker").write_text(
-        f'#!/bin/sh\necho "$@" >> {calls}\n'
-        'if [ "$1" = image ]; then echo \'[{"Id": "sha256:vv"}]\'; exit 0; fi\n'
+    calls = _fake_docker(
+        tmp_path,
+        monkeypatch,
+        "sha256:vv",
         'case " $* " in *" --gpus all "*) ;;\n'
         '  *) echo "RuntimeError: Failed to infer device type" >&2; exit 1;; esac\n'
         'case "$*" in *--version) echo 0.11.2;;\n'
-        '  *--help) printf "options:\\n  --max-num-seqs MAX_NUM_SEQS\\n";; esac\n'
+        '  *--help) printf "options:\\n  --max-num-seqs MAX_NUM_SEQS\\n";; esac\n',
     )
-    (bin_dir / "docker").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     args = {
         "engine": "vllm",
         "runtime": "docker",
