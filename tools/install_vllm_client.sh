@@ -16,5 +16,11 @@ stamp="$dir/installed-$version"
 [ -f "$stamp" ] && exit 0
 rm -rf -- "$dir"
 "$python" -m venv "$dir/venv"
-"$dir/venv/bin/pip" install -q --no-cache-dir "vllm==$version"
+# pip's own log goes to a file (hundreds of lines of index notices on some machines); its tail is
+# printed when the install fails
+if ! "$dir/venv/bin/pip" install -q --no-cache-dir "vllm==$version" > "$dir/install.log" 2>&1; then
+  tail -n 40 "$dir/install.log" >&2
+  echo "install_vllm_client: pip install vllm==$version failed (log: $dir/install.log)" >&2
+  exit 1
+fi
 touch "$stamp"
