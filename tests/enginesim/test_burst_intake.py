@@ -68,9 +68,11 @@ class _Lines(NullLogger):
 
 
 def _spin(seconds: float) -> None:
-    """Hold the loop on the CPU (a burst being parsed), not asleep."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    """Hold the loop on the CPU (a burst being parsed), not asleep: `seconds` of this process's CPU,
+    however many other processes share the cores (spun to a wall-clock end, a saturated box gave it
+    60 of 115 ms and the line rightly said so)."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
         pass
 
 
@@ -168,45 +170,63 @@ def _dp_engine(size: int) -> DPEngine:
     return DPEngine(cfg, flavours.get(cfg.flavour), model, hw, compute(cfg, model, hw), _Lines(cfg.flavour))
 
 
-def _planned(eng: Engine | DPEngine) -> bool:
-    return any(k.plans for k in (eng.ranks if isinstance(eng, DPEngine) else [eng]))
-
-
 def _late_reads(
     eng: Engine | DPEngine, on_time: int, late: int, late_by_steps: float
 ) -> tuple[list[Req], list[Req]]:
     """`on_time` requests submitted at t0; `late` more that reached the host at t0 too but are read
-    `late_by_steps` first steps after the first plan (a starved CPU); returns both once all are
-    answered."""
+    `late_by_steps` first steps after every rank's first plan (a starved CPU); returns both once all
+    are answered.
+
+    The late reads run in the loop's next pass after the last first plan and hold the loop with a
+    blocking sleep (a read that takes that long), so exactly one plan per rank has passed when they
+    are read, however loaded the box. (An `asyncio.sleep` there overshot under the loaded suite: a
+    second plan with room passed first, and 6 late requests were rightly charged where the test
+    counted on 4.)"""
     step = eng.cost.step([(ISL, 0)] * on_time, 0, 0, 0).total * SCALE
+    ranks = eng.ranks if isinstance(eng, DPEngine) else [eng]
 
     async def scenario() -> tuple[list[Req], list[Req]]:
         loop = asyncio.get_running_loop()
         task = loop.create_task(eng.run())
         await asyncio.sleep(0.01)
         t0 = time.perf_counter()
-        conns = []
+        first: list[Req] = []
+        reqs: list[Req] = []
 
         def submit(i: int) -> Req:
             conn = Conn(lambda req, c: None)
             conn.connection_made(_Transport())  # type: ignore[arg-type]
-            conns.append(conn)
             r = Req(f"r{i}", [300 + i + k for k in range(ISL)], 4, True, _Sink(conn))
             r.host_arrival = t0
             eng.submit_after_intake(r)
             return r
 
-        first = [submit(i) for i in range(on_time)]
-        end = time.perf_counter() + 10
-        while late and not _planned(eng):  # the first step is planned: the late ones are still unread
-            assert time.perf_counter() < end, "no plan was recorded in 10 s"
-            await asyncio.sleep(0.0005)
-        await asyncio.sleep(late_by_steps * step)
-        reqs = [submit(on_time + i) for i in range(late)]
+        def read_late() -> None:
+            time.sleep(late_by_steps * step)
+            reqs.extend(submit(on_time + i) for i in range(late))
+
+        planned: set[int] = set()
+
+        def watch(k: Engine) -> None:
+            note = k._note_plan
+
+            def noted(*args: object) -> None:
+                note(*args)  # type: ignore[arg-type]
+                if late and id(k) not in planned:
+                    planned.add(id(k))
+                    if len(planned) == len(ranks):
+                        loop.call_soon(read_late)
+
+            k._note_plan = noted  # type: ignore[method-assign]
+
+        for k in ranks:
+            watch(k)
+        first.extend(submit(i) for i in range(on_time))
         end = time.perf_counter() + 10
         while eng.evidence.first_tokens < on_time + late and time.perf_counter() < end:
             await asyncio.sleep(0.005)
         task.cancel()
+        assert len(reqs) == late, "the late requests were never read: no plan was recorded in 10 s"
         return first, reqs
 
     return asyncio.run(scenario())
@@ -298,7 +318,11 @@ def test_the_wait_for_arrivals_after_a_long_prefill_does_not_push_the_next_decod
     at its first token. After its last chunk the loop waits for the request a closed-loop client would
     send in its place; none comes (the mixed A/B's injection). That wait must fit in the next step, a
     short decode step: bounded by the last two (long) steps, it was 30 ms against a ~3 ms decode step
-    at this scale, a slip the mixed A/B showed once per case in every run."""
+    at this scale, a slip the mixed A/B showed once per case in every run.
+
+    The waits are read where the loop asks for them, not from the slips: on a saturated box a slip
+    also comes from the loop not being run, which says nothing about the wait."""
+    waits: list[tuple[bool, float]] = []
 
     async def scenario(eng: Engine) -> None:
         loop = asyncio.get_running_loop()
@@ -312,10 +336,18 @@ def test_the_wait_for_arrivals_after_a_long_prefill_does_not_push_the_next_decod
             eng.submit_after_intake(r)
             return r
 
+        wait_arrivals = eng._wait_arrivals
+
+        async def recorded(n: int, timeout: float) -> None:
+            waits.append((injection_done(), timeout))
+            await wait_arrivals(n, timeout)
+
+        eng._wait_arrivals = recorded  # type: ignore[method-assign]
         streams = [submit(f"d{i}", [300 + i + k for k in range(256)], 400) for i in range(4)]
         while eng.evidence.first_tokens < 4:
             await asyncio.sleep(0.002)
         injection = submit("inj", [900 + k for k in range(3 * 8192)], 1)
+        held.append(injection)
         end = time.perf_counter() + 20
         while not injection.finished and time.perf_counter() < end:
             await asyncio.sleep(0.002)
@@ -325,6 +357,13 @@ def test_the_wait_for_arrivals_after_a_long_prefill_does_not_push_the_next_decod
         assert injection.finished and all(not r.finished for r in streams)
         task.cancel()
 
+    held: list[Req] = []
+
+    def injection_done() -> bool:
+        return bool(held) and held[0].finished
+
     eng, _, _ = _engine()
     asyncio.run(scenario(eng))
-    assert eng.evidence.slips == 0, [x for x in eng.log.lines if "slipped" in x]  # type: ignore[attr-defined]
+    decode_step = eng.cost.step([], 4, 4, 4 * 256).total * SCALE  # the shortest the next step can be
+    after = [timeout for done, timeout in waits if done]
+    assert after and max(after) < decode_step, (after, decode_step)
