@@ -97,3 +97,27 @@ def test_bench_fidelity_misses_a_broken_promise_a_figure_outside_tolerance_and_a
     out = capsys.readouterr().out
     assert "MISS  every verdict kept its promise: 0 of 1" in out and "slowest 301.0 s" in out
     assert bench.check_targets([], [], {}) == 2  # nothing judged is not a pass
+
+
+def test_bench_test_suite_fails_over_its_target_or_on_a_red_suite(capsys) -> None:
+    """A suite over 6 min, or one that failed, is never reported as a met target."""
+    bench = _load("bench_test_suite")
+    assert bench.verdict(361.0, 360.0, 0) == 1
+    assert "MISSED  test suite wall 361 s > target 360 s" in capsys.readouterr().out
+    assert bench.verdict(300.0, 360.0, 1) == 1
+    assert "FAILED  pytest exited 1" in capsys.readouterr().out
+    assert bench.verdict(360.0, 360.0, 0) == 0
+
+
+def test_bench_test_suite_sums_each_unit_the_way_the_scheduler_splits_them() -> None:
+    bench = _load("bench_test_suite")
+    rec = [
+        {"nodeid": "tests/a/test_x.py::test_one", "wall_s": 2.0, "cpu_own_s": 0.5, "cpu_children_s": 1.0},
+        {"nodeid": "tests/a/test_x.py::test_two", "wall_s": 1.0, "cpu_own_s": 0.5, "cpu_children_s": 0.0},
+        {"nodeid": "tests/labs/test_labs_enginesim.py::test_t[vllm]", "wall_s": 9.0, "cpu_own_s": 0.1,
+         "cpu_children_s": 0.4},
+    ]  # fmt: skip
+    assert bench.unit_table(rec) == [
+        {"unit": "tests/a/test_x.py", "tests": 2, "wall_s": 3.0, "cpu_s": 2.0},
+        {"unit": "tests/labs/test_labs_enginesim.py[vllm]", "tests": 1, "wall_s": 9.0, "cpu_s": 0.5},
+    ]
