@@ -6,7 +6,9 @@ SPLIT_TESTS are independent runs on the worker's own rig and are units of their 
 their file stays one unit (in test_rig_map.py, the checks that share the `full_map` run). The labs
 files in SPLIT_BY_FLAVOUR run one playbook per engine flavour in a module fixture parametrised by the
 flavour: the tests of one flavour (id `[sglang]` / `[vllm]`) are one unit, so the two flavours' runs
-(5-6 minutes each) can go to both workers; each flavour's run still happens once. Units are handed
+can go to both workers; each flavour's run still happens once. The mechanism and advanced labs files
+start both flavours' runs at once in one unit instead (they mostly wait on the emulated clock: ~100 s
+of CPU in a 5-minute run), so they hold one worker for about the time of one run. Units are handed
 out longest first (SLOW_UNITS, then collection order), so a multi-minute unit never starts last and
 runs alone. Order inside a unit never changes.
 
@@ -68,25 +70,17 @@ SPLIT_TESTS = frozenset(
 
 # Files whose module fixture runs one playbook per engine flavour (params=["sglang", "vllm"]): a test
 # whose whole id parameter is a flavour belongs to that flavour's unit; its other tests to the file's.
-SPLIT_BY_FLAVOUR = frozenset(
-    {
-        "tests/labs/test_labs_enginesim.py",
-        "tests/labs/test_advlabs_enginesim.py",
-        "tests/labs/test_sched_profile_lab.py",
-    }
-)
+SPLIT_BY_FLAVOUR = frozenset({"tests/labs/test_sched_profile_lab.py"})
 FLAVOURS = ("sglang", "vllm")
 
 # Longest first, from the `--durations` of the last full `make test` (-n 2 on this 2-core box, load
-# average 2-5): each flavour's labs run 5-6 min, the rig's full map and its checks, the quick map file,
-# the collection's ansible-test sanity, the labs on the rig and the vLLM map 2.5-3 min each, the
-# quant/TP labs and the other rig runs 1.5-2.5 min. A worker takes the next unit when it has two tests
-# left: the first three units start the run. The two labs flavours (most of their time is the emulated
-# clock, run 5-10x slower than real time) start next to the rig's full map rather than each other.
+# average 2-5): the labs (both flavours at once) 5-6 min, the rig's full map and its checks, the quick
+# map file, the collection's ansible-test sanity, the labs on the rig and the vLLM map 2.5-3 min each,
+# the quant/TP labs and the other rig runs 1.5-2.5 min. A worker takes the next unit when it has two
+# tests left: the first three units start the run.
 SLOW_UNITS = (
-    "tests/labs/test_labs_enginesim.py[vllm]",
+    "tests/labs/test_labs_enginesim.py",
     "tests/rig/test_rig_map.py",
-    "tests/labs/test_labs_enginesim.py[sglang]",
     "tests/ansible/test_quick_map.py",
     "tests/security/test_faults.py",
     "tests/collection/test_sanity.py",
@@ -94,8 +88,7 @@ SLOW_UNITS = (
     "tests/ansible/test_vllm_flow.py",
     "tests/labs/test_pd_disagg_lab.py",
     "tests/labs/test_pd_disagg_rig.py",
-    "tests/labs/test_advlabs_enginesim.py[vllm]",
-    "tests/labs/test_advlabs_enginesim.py[sglang]",
+    "tests/labs/test_advlabs_enginesim.py",
     "tests/rig/test_rig_map.py::test_worker_killed_mid_case_then_resume",
     "tests/rig/test_rig_map.py::test_mixed_tag_runs_only_the_ab",
     "tests/rig/test_rig_calibrate.py::test_preflight_health_check_stops_the_map_before_any_server",
@@ -104,8 +97,6 @@ SLOW_UNITS = (
     "tests/rig/test_rig_calibrate.py::test_planted_slow_gpu_fails_the_gate_by_node_index_and_figure",
     "tests/labs/test_sched_profile_lab.py[vllm]",
     "tests/labs/test_sched_profile_lab.py[sglang]",
-    "tests/labs/test_labs_enginesim.py",
-    "tests/labs/test_advlabs_enginesim.py",
     "tests/rig/test_rig_calibrate.py::test_check_prints_every_gpus_command_and_runs_nothing",
     "tests/ansible/test_console.py",
     "tests/calibrate/test_calibrate_playbook.py",

@@ -114,10 +114,10 @@ def test_bench_test_suite_sums_each_unit_the_way_the_scheduler_splits_them() -> 
     rec = [
         {"nodeid": "tests/a/test_x.py::test_one", "wall_s": 2.0, "cpu_own_s": 0.5, "cpu_children_s": 1.0},
         {"nodeid": "tests/a/test_x.py::test_two", "wall_s": 1.0, "cpu_own_s": 0.5, "cpu_children_s": 0.0},
-        {"nodeid": "tests/labs/test_labs_enginesim.py::test_t[vllm]", "wall_s": 9.0, "cpu_own_s": 0.1,
+        {"nodeid": "tests/labs/test_sched_profile_lab.py::test_t[vllm]", "wall_s": 9.0, "cpu_own_s": 0.1,
          "cpu_children_s": 0.4},
     ]  # fmt: skip
     assert bench.unit_table(rec) == [
         {"unit": "tests/a/test_x.py", "tests": 2, "wall_s": 3.0, "cpu_s": 2.0},
-        {"unit": "tests/labs/test_labs_enginesim.py[vllm]", "tests": 1, "wall_s": 9.0, "cpu_s": 0.5},
+        {"unit": "tests/labs/test_sched_profile_lab.py[vllm]", "tests": 1, "wall_s": 9.0, "cpu_s": 0.5},
     ]

@@ -15,6 +15,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from tests.ansible.runner import ansible_env, free_port, server_still_running
 # Two playbook runs of six labs each: minutes on the shared 2-core box (the default 600 s is per test).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
+FLAVOURS = ("sglang", "vllm")
 MECHANISM_LABS = [
     "eager_vs_graph",
     "prefix_cache",
@@ -48,10 +51,50 @@ def small_workloads() -> dict:
     return w
 
 
-def run_labs(
-    tmp: Path, engine: str, tags: str, run_id: str, **extra
-) -> tuple[subprocess.CompletedProcess, Path]:
-    """`ansible-playbook labs.yml -i inventory/local --tags TAGS -e engine_name=ENGINE`, own results root."""
+class LabsRun:
+    """A `labs.yml` run started in the background (`start_labs`); `wait()` gives its process and labs
+    directory once it has ended, and leaves no variant server running."""
+
+    def __init__(self, cmd: list[str], tmp: Path, run_id: str, timeout_s: float) -> None:
+        self.tmp, self.labs_dir = tmp, tmp / "results" / run_id / "labs"
+        self.out, self.err = tmp / f"{run_id}.stdout", tmp / f"{run_id}.stderr"
+        self.deadline = time.monotonic() + timeout_s
+        self.result: subprocess.CompletedProcess | None = None
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, env=ansible_env(), stdout=out, stderr=err, text=True)
+
+    def wait(self) -> tuple[subprocess.CompletedProcess, Path]:
+        if self.result is None:
+            try:
+                rc = self.proc.wait(timeout=max(self.deadline - time.monotonic(), 1.0))
+            except subprocess.TimeoutExpired:
+                self.stop()
+                raise
+            finally:
+                self._stop_servers()
+            self.result = subprocess.CompletedProcess(
+                self.proc.args, rc, self.out.read_text(), self.err.read_text()
+            )
+        return self.result, self.labs_dir
+
+    def stop(self) -> None:
+        """End a run nobody waited for (its test failed first), then its servers."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._stop_servers()
+
+    def _stop_servers(self) -> None:
+        # Any variant server left behind (a playbook that died): only a process still the recorded one.
+        for path in (self.tmp / "results").glob("**/server/*.server.json"):
+            record = json.loads(path.read_text())
+            if record.get("runtime") == "process" and server_still_running(record):
+                os.killpg(int(record["pid"]), signal.SIGKILL)
+
+
+def start_labs(tmp: Path, engine: str, tags: str, run_id: str, timeout_s: float = 1200, **extra) -> LabsRun:
+    """`ansible-playbook labs.yml -i inventory/local --tags TAGS -e engine_name=ENGINE`, own results root
+    and port, started and not waited for."""
     pyz = tmp / "loadgen.pyz"
     if not pyz.exists():  # always the checkout's client (a stale build/loadgen.pyz would lack spec fields)
         subprocess.run([sys.executable, "-m", "loadgen.build_zipapp", str(pyz)], cwd=REPO, check=True)
@@ -68,31 +111,30 @@ def run_labs(
     }
     ev_file = tmp / f"{run_id}.json"
     ev_file.write_text(json.dumps(ev))
+    playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    cmd = [playbook, "labs.yml", "-i", "inventory/local", "--tags", tags, "-e", f"@{ev_file}"]
+    return LabsRun(cmd, tmp, run_id, timeout_s)
+
+
+def run_labs(
+    tmp: Path, engine: str, tags: str, run_id: str, **extra
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """`start_labs`, waited for."""
+    return start_labs(tmp, engine, tags, run_id, **extra).wait()
+
+
+def both_flavours(start: Callable[[str], LabsRun]) -> Iterator[dict[str, LabsRun]]:
+    """Both engine flavours' runs at once, for a module fixture: each run mostly waits on the emulated
+    clock (5-10x slower than real time here; ~100 s of CPU in a 5-minute run), so the two together
+    take about as long as one, on one pytest worker. A run whose test failed first is stopped."""
+    runs: dict[str, LabsRun] = {}
     try:
-        proc = subprocess.run(
-            [
-                str(Path(sys.executable).parent / "ansible-playbook"),
-                "labs.yml",
-                "-i",
-                "inventory/local",
-                "--tags",
-                tags,
-                "-e",
-                f"@{ev_file}",
-            ],
-            cwd=REPO,
-            env=ansible_env(),
-            capture_output=True,
-            text=True,
-            timeout=1200,
-        )
+        for engine in FLAVOURS:
+            runs[engine] = start(engine)
+        yield runs
     finally:
-        # Any variant server left behind (a playbook that died): only a process still the recorded one.
-        for path in (tmp / "results").glob("**/server/*.server.json"):
-            record = json.loads(path.read_text())
-            if record.get("runtime") == "process" and server_still_running(record):
-                os.killpg(int(record["pid"]), signal.SIGKILL)
-    return proc, tmp / "results" / run_id / "labs"
+        for run in runs.values():
+            run.stop()
 
 
 def fail_text(proc: subprocess.CompletedProcess) -> str:
@@ -100,11 +142,19 @@ def fail_text(proc: subprocess.CompletedProcess) -> str:
     return "\n".join([ln for ln in lines if ln.startswith(("fatal:", "failed:", "[ERROR]"))] + lines[-30:])
 
 
-@pytest.fixture(scope="module", params=["sglang", "vllm"])
-def labs(request, tmp_path_factory) -> dict:
+@pytest.fixture(scope="module")
+def labs_runs(tmp_path_factory) -> Iterator[dict[str, LabsRun]]:
+    yield from both_flavours(
+        lambda engine: start_labs(
+            tmp_path_factory.mktemp(f"labs_{engine}"), engine, ",".join(MECHANISM_LABS), f"labs_{engine}"
+        )
+    )
+
+
+@pytest.fixture(scope="module", params=FLAVOURS)
+def labs(request, labs_runs) -> dict:
     engine = request.param
-    tmp = tmp_path_factory.mktemp(f"labs_{engine}")
-    proc, labs_dir = run_labs(tmp, engine, ",".join(MECHANISM_LABS), f"labs_{engine}")
+    proc, labs_dir = labs_runs[engine].wait()
     assert proc.returncode == 0, fail_text(proc)
     docs = {lab: json.loads((labs_dir / lab / "lab.json").read_text()) for lab in MECHANISM_LABS}
     return {"engine": engine, "dir": labs_dir, "docs": docs, "output": proc.stdout}

@@ -28,15 +28,23 @@ def test_the_full_map_checks_stay_together_and_the_other_rig_runs_split() -> Non
 
 
 def test_each_flavour_of_a_labs_file_is_a_unit_and_its_other_tests_stay_with_the_file() -> None:
-    labs = "tests/labs/test_labs_enginesim.py"
-    vllm = {unit_of(f"{labs}::{t}[vllm]") for t in ("test_every_lab_leaves_x", "test_graph_decodes_y")}
+    labs = "tests/labs/test_sched_profile_lab.py"
+    vllm = {unit_of(f"{labs}::{t}[vllm]") for t in ("test_the_scheduler_x", "test_the_trace_y")}
     assert vllm == {f"{labs}[vllm]"}
-    assert unit_of(f"{labs}::test_graph_decodes_y[sglang]") == f"{labs}[sglang]"
-    assert unit_of(f"{labs}::test_a_kv_that_never_fills_is_inconclusive_not_supported") == labs
+    assert unit_of(f"{labs}::test_the_trace_y[sglang]") == f"{labs}[sglang]"
+    assert unit_of(f"{labs}::test_check_mode_starts_nothing") == labs
     # an id whose parameter is more than a flavour, or a file not listed, keeps its file's unit
     assert unit_of(f"{labs}::test_z[sglang-extra]") == labs
     other = "tests/ansible/test_bench_client.py"
     assert unit_of(f"{other}::test_x[sglang]") == other
+
+
+def test_the_labs_files_that_start_both_flavours_at_once_are_one_unit() -> None:
+    """Both flavours' runs start in one module fixture: split by flavour, each worker would start both."""
+    for path in ("tests/labs/test_labs_enginesim.py", "tests/labs/test_advlabs_enginesim.py"):
+        assert path not in SPLIT_BY_FLAVOUR
+        assert "yield from both_flavours(" in (REPO / path).read_text(), path
+        assert unit_of(f"{path}::test_x[vllm]") == unit_of(f"{path}::test_x[sglang]") == path
 
 
 def test_every_flavour_split_file_runs_its_playbook_in_a_module_fixture_per_flavour() -> None:
@@ -54,7 +62,7 @@ def test_every_slow_unit_names_a_unit_that_exists_and_comes_first() -> None:
         assert (REPO / path).is_file(), unit
         assert not name or f"def {name}(" in (REPO / path).read_text(), unit
         assert not flavour or (path in SPLIT_BY_FLAVOUR and flavour.removesuffix("]") in FLAVOURS), unit
-    assert unit_rank("tests/labs/test_labs_enginesim.py[vllm]") == 0
+    assert unit_rank("tests/labs/test_labs_enginesim.py") == 0
     assert unit_rank("tests/rig/test_rig_map.py") == 1
     assert unit_rank("tests/analysis/test_analysis_state.py") == len(SLOW_UNITS)
 
@@ -93,7 +101,7 @@ def test_two_workers_keep_a_shared_module_fixture_on_one_worker(tmp_path: Path) 
     (rig / "test_rig_map.py").write_text("\n".join(tests) + "\n")
     labs = tmp_path / "tests" / "labs"
     labs.mkdir()
-    (labs / "test_labs_enginesim.py").write_text(
+    (labs / "test_sched_profile_lab.py").write_text(
         "\n".join(
             [
                 "import os, time, pytest",
