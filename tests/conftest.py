@@ -73,24 +73,25 @@ SPLIT_TESTS = frozenset(
 SPLIT_BY_FLAVOUR = frozenset({"tests/labs/test_sched_profile_lab.py"})
 FLAVOURS = ("sglang", "vllm")
 
-# Longest first, from the `--durations` of the last full `make test` (-n 2 on this 2-core box, load
-# average 2-5): the labs (both flavours at once) 5-6 min, the rig's full map and its checks, the quick
-# map file, the collection's ansible-test sanity, the labs on the rig and the vLLM map 2.5-3 min each,
-# the quant/TP labs and the other rig runs 1.5-2.5 min. A worker takes the next unit when it has two
-# tests left: the first three units start the run.
+# Longest first, from benchmarks/bench_test_suite.py (-n 2 on this 2-core box): the labs (both
+# flavours at once, 6 min, ~170 s of CPU) first; beside them the rig's runs that mostly wait (its full
+# map and checks, the mixed tag, the labs and P/D on the rig: 1.5-2 min each, a third to a half of it
+# CPU), so the labs' emulator keeps its schedule; then the CPU-bound playbook files (the quick map and
+# the faults, ~4-5 min each at ~90 % of a core), the advanced labs (both flavours, 3.5 min), the rest.
+# A worker takes the next unit when it has two tests left: the first three units start the run.
 SLOW_UNITS = (
     "tests/labs/test_labs_enginesim.py",
     "tests/rig/test_rig_map.py",
+    "tests/rig/test_rig_map.py::test_mixed_tag_runs_only_the_ab",
+    "tests/labs/test_labs_rig.py",
+    "tests/labs/test_pd_disagg_rig.py",
     "tests/ansible/test_quick_map.py",
     "tests/security/test_faults.py",
+    "tests/labs/test_advlabs_enginesim.py",
     "tests/collection/test_sanity.py",
-    "tests/labs/test_labs_rig.py",
     "tests/ansible/test_vllm_flow.py",
     "tests/labs/test_pd_disagg_lab.py",
-    "tests/labs/test_pd_disagg_rig.py",
-    "tests/labs/test_advlabs_enginesim.py",
     "tests/rig/test_rig_map.py::test_worker_killed_mid_case_then_resume",
-    "tests/rig/test_rig_map.py::test_mixed_tag_runs_only_the_ab",
     "tests/rig/test_rig_calibrate.py::test_preflight_health_check_stops_the_map_before_any_server",
     "tests/rig/test_rig_calibrate.py::test_healthy_fleet_passes_with_every_gpu_measured_in_the_engine_image",
     "tests/rig/test_rig_map.py::test_missing_hca_on_worker_fails_the_gate_closed",

@@ -57,7 +57,7 @@ def test_picks_the_scheduler_child_of_our_server_not_a_decoy(run, tmp_path):
         # the decoy is the older process (PIDs wrap, so their order proves nothing): a search that
         # takes the first match by age would take it
         assert _record(decoy.pid)["start_ticks"] <= _record(child_pid)["start_ticks"]
-        assert res["found"] is True and res["pid"] == child_pid != decoy.pid
+        assert res["found"] is True and res["pid"] == child_pid != decoy.pid, (res, child_pid, decoy.pid)
         assert res["cmdline"][0] == TITLE
         assert [p["pid"] for p in res["tree"]] == [child_pid]
         assert res["tree"][0]["ppid"] == server.pid
