@@ -1,8 +1,9 @@
 """pytest plugin for bench_test_suite.py: each test's wall time and CPU, one JSON line per test.
 
 CPU is this worker's own plus that of every child it reaped meanwhile (an `ansible-playbook` and the
-forks and modules under it). A server a playbook started in the background is re-parented to init and
-is not counted: the benchmark's box-wide CPU figure covers it.
+forks and modules under it), counted when the child is reaped: a run a fixture started and a later
+test waited for counts in that test, so sum per file, not per test. A server a playbook started in
+the background is re-parented to init and is not counted: the box-wide busy share covers it.
 
     QUICKMAP_CPU_ACCOUNTING_DIR=DIR pytest -p benchmarks.pytest_cpu_accounting ...
 """
