@@ -6,11 +6,12 @@ SPLIT_TESTS are independent runs on the worker's own rig and are units of their 
 their file stays one unit (in test_rig_map.py, the checks that share the `full_map` run). The labs
 files in SPLIT_BY_FLAVOUR run one playbook per engine flavour in a module fixture parametrised by the
 flavour: the tests of one flavour (id `[sglang]` / `[vllm]`) are one unit, so the two flavours' runs
-can go to both workers; each flavour's run still happens once. The mechanism and advanced labs files
-start both flavours' runs at once in one unit instead (they mostly wait on the emulated clock: ~100 s
-of CPU in a 5-minute run), so they hold one worker for about the time of one run. Units are handed
-out longest first (SLOW_UNITS, then collection order), so a multi-minute unit never starts last and
-runs alone. Order inside a unit never changes.
+can go to both workers; each flavour's run still happens once. The mechanism labs file starts both
+flavours' runs at once in one unit instead (they mostly wait on the emulated clock: ~100 s of CPU in
+a 5-minute run), so it holds one worker for about the time of one run. (The advanced labs did the
+same and quant_matrix's real-time runs came out "saturated" beside a CPU-bound file: split again.)
+Units are handed out longest first (SLOW_UNITS, then collection order), so a multi-minute unit never
+starts last and runs alone. Order inside a unit never changes.
 
 Skip report: Session-wide hook: with QUICKMAP_SKIP_REPORT=FILE set, every skipped test (node id and reason) is
 written to FILE as JSON when the session ends, for the skip gate (.ci/check_skips.py).
@@ -70,14 +71,19 @@ SPLIT_TESTS = frozenset(
 
 # Files whose module fixture runs one playbook per engine flavour (params=["sglang", "vllm"]): a test
 # whose whole id parameter is a flavour belongs to that flavour's unit; its other tests to the file's.
-SPLIT_BY_FLAVOUR = frozenset({"tests/labs/test_sched_profile_lab.py"})
+SPLIT_BY_FLAVOUR = frozenset(
+    {
+        "tests/labs/test_advlabs_enginesim.py",
+        "tests/labs/test_sched_profile_lab.py",
+    }
+)
 FLAVOURS = ("sglang", "vllm")
 
 # Longest first, from benchmarks/bench_test_suite.py (-n 2 on this 2-core box): the labs (both
 # flavours at once, 6 min, ~170 s of CPU) first; beside them the rig's runs that mostly wait (its full
 # map and checks, the mixed tag, the labs and P/D on the rig: 1.5-2 min each, a third to a half of it
 # CPU), so the labs' emulator keeps its schedule; then the CPU-bound playbook files (the quick map and
-# the faults, ~4-5 min each at ~90 % of a core), the advanced labs (both flavours, 3.5 min), the rest.
+# the faults, ~4-5 min each at ~90 % of a core), the advanced labs (2-2.5 min a flavour), the rest.
 # A worker takes the next unit when it has two tests left: the first three units start the run.
 SLOW_UNITS = (
     "tests/labs/test_labs_enginesim.py",
@@ -87,7 +93,8 @@ SLOW_UNITS = (
     "tests/labs/test_pd_disagg_rig.py",
     "tests/ansible/test_quick_map.py",
     "tests/security/test_faults.py",
-    "tests/labs/test_advlabs_enginesim.py",
+    "tests/labs/test_advlabs_enginesim.py[vllm]",
+    "tests/labs/test_advlabs_enginesim.py[sglang]",
     "tests/collection/test_sanity.py",
     "tests/ansible/test_vllm_flow.py",
     "tests/labs/test_pd_disagg_lab.py",

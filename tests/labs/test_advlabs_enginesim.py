@@ -11,14 +11,12 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 from labs_helpers import DEFAULTS, REPO
 from test_labs_check_mode import playbook
-from test_labs_enginesim import FLAVOURS, LabsRun, both_flavours, fail_text, start_labs
+from test_labs_enginesim import fail_text, run_labs
 
 sys.path.insert(0, str(REPO))
 from analysis.labs import tp
@@ -33,24 +31,16 @@ def _workloads() -> dict:
     return w
 
 
-def _start(tmp: Path, engine: str) -> LabsRun:
+@pytest.fixture(scope="module", params=["sglang", "vllm"])
+def advlabs(request, tmp_path_factory) -> dict:
+    engine = request.param
+    tmp = tmp_path_factory.mktemp(f"advlabs_{engine}")
     extra = {"labs_workloads": _workloads(), "labs_tp_sizes": [1, 2, 8], "labs_tp_dp_size": 2}
     if engine == "vllm":
         # the inventory's per-lab environments (tp_scaling's time scale) kept, the planted fallback added
         env = yaml.safe_load((REPO / "inventory/local/group_vars/all.yml").read_text())["labs_lab_engine_env"]
         extra["labs_lab_engine_env"] = env | {"quant_matrix": {"VLLM_TEST_FORCE_FP8_MARLIN": "1"}}
-    return start_labs(tmp, engine, ",".join(LABS), f"adv_{engine}", **extra)
-
-
-@pytest.fixture(scope="module")
-def advlabs_runs(tmp_path_factory) -> Iterator[dict[str, LabsRun]]:
-    yield from both_flavours(lambda engine: _start(tmp_path_factory.mktemp(f"advlabs_{engine}"), engine))
-
-
-@pytest.fixture(scope="module", params=FLAVOURS)
-def advlabs(request, advlabs_runs) -> dict:
-    engine = request.param
-    proc, labs_dir = advlabs_runs[engine].wait()
+    proc, labs_dir = run_labs(tmp, engine, ",".join(LABS), f"adv_{engine}", **extra)
     assert proc.returncode == 0, fail_text(proc)
     docs = {lab: json.loads((labs_dir / lab / "lab.json").read_text()) for lab in LABS}
     return {"engine": engine, "dir": labs_dir, "docs": docs}

@@ -41,7 +41,7 @@ def test_each_flavour_of_a_labs_file_is_a_unit_and_its_other_tests_stay_with_the
 
 def test_the_labs_files_that_start_both_flavours_at_once_are_one_unit() -> None:
     """Both flavours' runs start in one module fixture: split by flavour, each worker would start both."""
-    for path in ("tests/labs/test_labs_enginesim.py", "tests/labs/test_advlabs_enginesim.py"):
+    for path in ("tests/labs/test_labs_enginesim.py",):
         assert path not in SPLIT_BY_FLAVOUR
         assert "yield from both_flavours(" in (REPO / path).read_text(), path
         assert unit_of(f"{path}::test_x[vllm]") == unit_of(f"{path}::test_x[sglang]") == path
