@@ -26,11 +26,11 @@ from analysis.labs.verdicts import TIMED_LABS
 
 sys.path.insert(0, str(REPO))
 from tests.ansible.runner import ansible_env, free_port, server_still_running
+from tests.conftest import FLAVOURS
 
 # Two playbook runs of six labs each: minutes on the shared 2-core box (the default 600 s is per test).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-FLAVOURS = ("sglang", "vllm")
 MECHANISM_LABS = [
     "eager_vs_graph",
     "prefix_cache",
