@@ -1,8 +1,10 @@
 """loadgen's receive path alone, no server: CPU ns per event to frame and analyse synthetic streams.
 
 Streams of 512 events shaped like truthserver's (chunked SSE, one token per event) — SGLang native
-(cumulative text) and OpenAI completions — are fed to ``Conn.on_data`` one event per read and in
-64 KiB reads, then ``analyse()`` runs; thread CPU time, best of 9, so other jobs on the box do not
+(cumulative text) and OpenAI completions — and a 4,096-token SGLang stream as SGLang sends it by
+default (cumulative ``text`` and ``output_ids``: the last event is ~50 KB, the stream ~100 MB, so
+events span many reads) are fed to ``Conn.on_data`` one event per read and in 64 KiB reads, then
+``analyse()`` runs; thread CPU time, best of 9, so other jobs on the box do not
 inflate it. Run from benchmarks/bench_loadgen.py ``--parse-only`` (this tree, and with ``--base-src
 DIR`` another copy of the loadgen package, for an A/B of two versions).
 """
@@ -19,8 +21,9 @@ HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def _parse_streams() -> dict[str, bytes]:
-    """Byte-exact streams like truthserver's (chunked SSE, one token per event, 512 events)."""
+def _parse_streams() -> dict[str, tuple[str, bytes, int]]:
+    """Byte-exact streams like truthserver's (chunked SSE, one token per event): name -> (backend,
+    bytes, events)."""
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
     def chunk(b: bytes) -> bytes:
@@ -52,7 +55,24 @@ def _parse_streams() -> dict[str, bytes]:
         )
     )
     tail = chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-    return {"sglang": b"".join(nat) + tail, "vllm": b"".join(oai) + tail}
+    long_n = 4096
+    ids, text, ids_out = [head], b"", b""
+    for i in range(long_n):
+        text += b" " + words[i % 512]
+        ids_out += b"%s%d" % (b"," if i else b"", (i * 7919) % 151000)
+        fin = b'{"type":"length","length":%d}' % long_n if i == long_n - 1 else b"null"
+        ids.append(
+            chunk(
+                b'data: {"text":"%s","output_ids":[%s],"meta_info":{"id":"7","finish_reason":%s,'
+                b'"prompt_tokens":128,"completion_tokens":%d,"cached_tokens":0}}\n\n'
+                % (text, ids_out, fin, i + 1)
+            )
+        )
+    return {
+        "sglang": ("sglang", b"".join(nat) + tail, 512),
+        "vllm": ("vllm", b"".join(oai) + tail, 512),
+        "sglang-ids-4k": ("sglang", b"".join(ids) + tail, long_n),
+    }
 
 
 def parse_worker() -> dict:
@@ -77,7 +97,7 @@ def parse_worker() -> dict:
         close = abort = write
 
     out = {}
-    for backend, data in _parse_streams().items():
+    for name, (backend, data, nev) in _parse_streams().items():
         head_end = data.index(b"\r\n\r\n") + 4
         events, pos = [], head_end
         while pos < len(data):  # split at chunk boundaries: one event per read
@@ -87,15 +107,15 @@ def parse_worker() -> dict:
             pos = end
         per_read = [data[:head_end], *events]
         big = [data[i : i + 65536] for i in range(0, len(data), 65536)]
-        nev = 512
+        conns_n = 20 if nev <= 512 else 2
         for split, pieces in (("1ev/read", per_read), ("64KiB", big)):
             best_rx = best_an = None
             for _ in range(9):
                 reqs, conns = [], []
-                for _k in range(20):
+                for _k in range(conns_n):
                     c = Conn(Owner())
                     c.transport = Tr()
-                    r = make_req(backend, 0, b"", 128, 512)
+                    r = make_req(backend, 0, b"", 128, nev)
                     c.send(r, b"")
                     reqs.append(r)
                     conns.append(c)
@@ -109,10 +129,10 @@ def parse_worker() -> dict:
                     r.analyse()
                 t2 = thread_time_ns()
                 assert all(r.error_class is None and r.output_tokens == nev for r in reqs), reqs[0].error
-                rx, an = (t1 - t0) / (20 * nev), (t2 - t1) / (20 * nev)
+                rx, an = (t1 - t0) / (conns_n * nev), (t2 - t1) / (conns_n * nev)
                 best_rx = rx if best_rx is None else min(best_rx, rx)
                 best_an = an if best_an is None else min(best_an, an)
-            out[f"{backend} {split}"] = (best_rx, best_an)
+            out[f"{name} {split}"] = (best_rx, best_an)
     return out
 
 
@@ -131,7 +151,7 @@ def parse_only(base_src: str | None) -> None:
         res[name] = json.loads(cp.stdout.strip().splitlines()[-1])
     print(f"receive path, CPU ns per event (best of 9; load average {os.getloadavg()[0]:.1f})")
     for key in res["this"]:
-        line = f"  {key:>16}: this rx {res['this'][key][0]:7.0f} analyse {res['this'][key][1]:7.0f}"
+        line = f"  {key:>22}: this rx {res['this'][key][0]:7.0f} analyse {res['this'][key][1]:7.0f}"
         if "base" in res:
             b = res["base"][key]
             line += (

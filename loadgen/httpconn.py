@@ -361,19 +361,37 @@ class Conn(asyncio.Protocol):
         if not self._is_sse:
             self.body_parts.append(piece)
             return
-        sbuf = self._sbuf + piece if self._sbuf else piece
-        if b"\r" in sbuf:
-            sbuf = sbuf.replace(b"\r\n", b"\n")
+        kept = self._sbuf
+        if kept:
+            # The kept bytes hold no event end, bar a "\n" or "\n\r" at their very end that this piece
+            # may complete: the search resumes there, so a long event read in many pieces (SGLang's
+            # cumulative text and ids) is scanned once, not once per piece.
+            sbuf = kept + piece
+            pos = len(kept) - 2 if len(kept) > 2 else 0
+            if b"\r" in piece or kept.endswith(b"\r"):
+                sbuf = sbuf.replace(b"\r\n", b"\n")
+        else:
+            sbuf = piece
+            pos = 0
+            if b"\r" in piece:
+                sbuf = sbuf.replace(b"\r\n", b"\n")
         req = self.req
+        find = sbuf.find
+        startswith = sbuf.startswith
         start = 0
         while True:
-            end = sbuf.find(b"\n\n", start)
+            # An event ends at an empty line. Searching for the one-byte "\n" (memchr) and checking the
+            # next byte is ~50x faster than searching for b"\n\n" on a 90 KB event.
+            end = find(b"\n", pos)
             if end < 0:
                 break
+            if not startswith(b"\n", end + 1):
+                pos = end + 1
+                continue
             bstart = start
-            start = end + 2
-            if sbuf.startswith(b"data: ", bstart) and sbuf.find(b"\n", bstart, end) < 0:
-                if end - bstart == 12 and sbuf.startswith(b"[DONE]", bstart + 6):
+            start = pos = end + 2
+            if startswith(b"data: ", bstart) and find(b"\n", bstart, end) < 0:
+                if end - bstart == 12 and startswith(b"[DONE]", bstart + 6):
                     req.done_seen = True
                 else:
                     req.on_event(t, sbuf, bstart + 6, end)

@@ -163,3 +163,25 @@ def test_sealed_request_holds_no_receive_buffer():
     assert req.last == NATIVE_EVENTS[-1][6:-2]
     req.analyse()
     assert req.output_tokens == 5 and not req.has_raw()
+
+
+@pytest.mark.parametrize("read_size", [1, 2, 3, 7, 64, 4096])
+def test_long_events_over_many_reads_with_crlf_and_multiline_events(read_size):
+    """SGLang's default stream repeats the whole text and ids in every event, so one event spans many
+    reads. The parser resumes its search where the last read ended: an event end split between reads
+    ("\\n" | "\\n", "\\r\\n\\r" | "\\n", a multi-line event's inner line end at a read's last byte) is
+    still found, once, in the read that carried its last byte."""
+    words = " ".join(f"w{i}" for i in range(400))
+    plain = _native(1, words)
+    crlf = _native(2, words + " x").replace(b"\n\n", b"\r\n\r\n")
+    multi = b"event: message\nid: 3\n" + _native(3, words + " x y").replace(b"data: ", b"data:", 1)
+    last = _native(5, words + " x y z q", last=True).replace(b"\n\n", b"\r\n\r\n")
+    events = [plain, crlf, multi, last]
+    data = HEAD + _body(events, 1)
+    reads = [data[i : i + read_size] for i in range(0, len(data), read_size)]
+    ends, pos = [], 0
+    for ev in events:
+        pos = data.index(ev, pos) + len(ev)
+        ends.append(1000 + (pos - 1) // read_size)  # the read that carried the event's last byte
+    req, _, _ = _run("sglang", reads)
+    _check(req, {"event_tokens": [1, 1, 1, 2], "output_tokens": 5, "input_tokens": 7}, ends)
