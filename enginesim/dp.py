@@ -41,7 +41,7 @@ from .httpserver import HELD, HOLD, flush_held, flush_pending
 from .intake import Intake
 from .logs import CORE, Logger
 from .metrics import Histogram
-from .pacing import BLOCKING_SLEEP_MAX_S, COARSE_MARGIN_S, GRACE_FRACTION, GRACE_MAX_S, Evidence
+from .pacing import BLOCKING_SLEEP_MAX_S, COARSE_MARGIN_S, GRACE_FRACTION, GRACE_MAX_S, Evidence, gc_clock
 from .scheduler import Req, Stats, build_cost
 
 
@@ -248,9 +248,10 @@ class _Trees:
 class _Pace:
     """The live driver's state of one rank."""
 
-    __slots__ = ("blocked", "busy", "gather_until", "held", "plan_at", "short", "step")
+    __slots__ = ("blocked", "busy", "gather_until", "held", "mark", "plan_at", "short", "step")
 
     def __init__(self) -> None:
+        self.mark = _mark()  # wall, CPU, GC seconds at the rank's last write or idle: a slip's evidence line
         self.busy = False
         self.blocked = False
         self.plan_at = 0.0
@@ -260,6 +261,10 @@ class _Pace:
             None  # deadline, length, slip, emulated, events
         )
         self.held: list[Any] = []
+
+
+def _mark() -> tuple[float, float, float]:
+    return (time.perf_counter(), time.process_time(), gc_clock().seconds)
 
 
 # ---- the live engine -------------------------------------------------------------------------------
@@ -438,6 +443,8 @@ class DPEngine(Intake):
         if k.dead or k.hung or p.blocked:
             return
         if k.idle():
+            if p.busy:
+                p.mark = _mark()
             p.busy = False
             return
         if not p.busy:
@@ -468,6 +475,7 @@ class DPEngine(Intake):
         if now - start > length:
             slipped = now - start
             k.evidence.slip(slipped)
+            k._slip_line(slipped, now, p.mark)
             k.wall0 += slipped
             start = now
         k.sim_t += c.total
@@ -495,6 +503,7 @@ class DPEngine(Intake):
         if k.dead:
             return
         k.last_step_wall = done
+        p.mark = _mark()
         late = wrote - deadline + slipped
         k.evidence.step(emulated, length, late, done - wrote, done, events)
         if k.last_first_tokens:
@@ -522,6 +531,9 @@ class DPEngine(Intake):
             ]
             if not deadlines and not plans:
                 flush_pending()
+                idle_from = _mark()
+                for p in self.pace:
+                    p.mark = idle_from
                 self.wake.clear()
                 await self.wake.wait()
                 for p in self.pace:
