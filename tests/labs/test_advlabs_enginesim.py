@@ -23,6 +23,10 @@ from analysis.labs import tp
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 LABS = ("quant_matrix", "tp_scaling")
+# the embedded inventory's per-lab server environments (time scales)
+LOCAL_LAB_ENV = yaml.safe_load((REPO / "inventory/local/group_vars/all.yml").read_text())[
+    "labs_lab_engine_env"
+]
 
 
 def _workloads() -> dict:
@@ -37,9 +41,11 @@ def advlabs(request, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp(f"advlabs_{engine}")
     extra = {"labs_workloads": _workloads(), "labs_tp_sizes": [1, 2, 8], "labs_tp_dp_size": 2}
     if engine == "vllm":
-        # the inventory's per-lab environments (tp_scaling's time scale) kept, the planted fallback added
-        env = yaml.safe_load((REPO / "inventory/local/group_vars/all.yml").read_text())["labs_lab_engine_env"]
-        extra["labs_lab_engine_env"] = env | {"quant_matrix": {"VLLM_TEST_FORCE_FP8_MARLIN": "1"}}
+        # the inventory's per-lab environments (tp_scaling's, quant_matrix's time scales) kept, the planted
+        # fallback added
+        extra["labs_lab_engine_env"] = LOCAL_LAB_ENV | {
+            "quant_matrix": LOCAL_LAB_ENV["quant_matrix"] | {"VLLM_TEST_FORCE_FP8_MARLIN": "1"}
+        }
     proc, labs_dir = run_labs(tmp, engine, ",".join(LABS), f"adv_{engine}", **extra)
     assert proc.returncode == 0, fail_text(proc)
     docs = {lab: json.loads((labs_dir / lab / "lab.json").read_text()) for lab in LABS}
@@ -55,6 +61,7 @@ def test_quant_matrix_reads_each_variants_kernel_from_its_log_and_never_passes_a
             advlabs["dir"] / "quant_matrix" / name / "server" / "localhost.start1_server_cmd.txt"
         ).read_text()
         assert model in cmd, name
+        assert f"export ENGINESIM_TIME_SCALE={LOCAL_LAB_ENV['quant_matrix']['ENGINESIM_TIME_SCALE']}\n" in cmd
         assert fig[name]["model"] == model
         assert fig[name]["accuracy"]["status"] == "not measured (emulated engine)"
         assert fig[name]["accuracy"]["scores"] == {}
