@@ -25,6 +25,10 @@ def test_one_line_per_phase_and_case_progress_failures_and_the_report_last(run_e
         case_ids="short_decode_c1,short_decode_c32,long_decode_8k_c32",
         bench_case_timeouts={"long_decode_8k_c32": 1},  # a case that needs several seconds: TIMEOUT
         quickmap_fail_on_case_failure=False,  # the failed case is accepted: the run exits 0
+        # 25x slower than the other runs' 0.02: short_decode_c32 must outlast a few progress ticks (0.5 s).
+        # At 0.02 it took 0.7 s once loadgen read SGLang's cumulative stream at full speed, and no tick
+        # fell inside it.
+        engine_env={"ENGINESIM_TIME_SCALE": "0.5"},
     )
     res = run_cli(ev, "--tags", "fixed", env={"QUICKMAP_CONSOLE_PROGRESS_INTERVAL": "0.5"})
     run_dir = run_env["results"] / "console"
