@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
-from ansible.module_utils.proc_identity import cmdline, stat_fields
+from ansible.module_utils.proc_identity import alive, cmdline, stat_fields
+
+# A child caught inside execve shows an empty argv for a moment: the kernel closes its close-on-exec
+# descriptors (so its parent's Popen has returned and may have told us its PID) before it sets the new
+# argv. Seconds to wait for it while it lives; under load the window stretches.
+EXEC_WAIT_S = 2.0
 
 _PROC = "/proc"
 
@@ -64,12 +70,22 @@ def descendants(root: int, proc: str = _PROC, limit: int = 512) -> list[dict]:
             if child in seen:
                 continue
             seen.add(child)
-            argv = cmdline(child, proc)
+            argv = _argv(child, proc)
             if argv is None:
                 continue  # exited meanwhile
             out.append({"pid": child, "ppid": pid, "depth": depth + 1, "cmdline": argv})
             queue.append((child, depth + 1))
     return out
+
+
+def _argv(pid: int, proc: str, wait_s: float = EXEC_WAIT_S) -> list[str] | None:
+    """The argv of a live child, waiting out an execve in progress; None when it is gone or a zombie."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        argv = cmdline(pid, proc)
+        if argv is not None or not alive(pid, proc) or time.monotonic() >= deadline:
+            return argv
+        time.sleep(0.005)
 
 
 def matching(tree: list[dict], pattern: str) -> list[dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 
 from ansible.module_utils.proc_identity import identity
@@ -108,3 +109,40 @@ def test_check_mode_writes_nothing_and_a_bad_pattern_is_named(run, tmp_path):
         assert kind == "fail" and "match='sglang::(('" in res["msg"]
     finally:
         _stop(server)
+
+
+def _fake_proc(tmp_path, state: str) -> tuple[str, int, int]:
+    """A /proc with a root whose one child has no argv yet (inside execve, or a zombie)."""
+    root, child = 4000, 4001
+    (tmp_path / str(root) / "task" / str(root)).mkdir(parents=True)
+    (tmp_path / str(root) / "task" / str(root) / "children").write_text(f"{child} ")
+    (tmp_path / str(child)).mkdir()
+    (tmp_path / str(child) / "cmdline").write_bytes(b"")
+    (tmp_path / str(child) / "stat").write_text(f"{child} (python) {state} {root} {child} {child} 0 -1 0")
+    return str(tmp_path), root, child
+
+
+def test_a_child_caught_inside_execve_is_waited_for_not_dropped(tmp_path):
+    """The kernel closes a child's close-on-exec pipe (its parent's Popen returns and may print the PID)
+    before it sets the new argv: read in that window, /proc/<pid>/cmdline is empty. The walk used to
+    take that for "exited" and found no scheduler (2 of 30 runs with 2 busy loops on this box)."""
+    from ansible.module_utils.proc_tree import descendants
+
+    proc, root, child = _fake_proc(tmp_path, "R")
+    argv = b"sglang::scheduler_TP0\0-c\0"
+    timer = threading.Timer(0.05, (tmp_path / str(child) / "cmdline").write_bytes, [argv])
+    timer.start()
+    try:
+        tree = descendants(root, proc)
+    finally:
+        timer.cancel()
+    assert tree == [{"pid": child, "ppid": root, "depth": 1, "cmdline": ["sglang::scheduler_TP0", "-c"]}]
+
+
+def test_a_zombie_child_without_argv_is_skipped_at_once(tmp_path):
+    from ansible.module_utils.proc_tree import descendants
+
+    proc, root, _ = _fake_proc(tmp_path, "Z")
+    t0 = time.monotonic()
+    assert descendants(root, proc) == []
+    assert time.monotonic() - t0 < 0.5
