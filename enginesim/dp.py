@@ -41,7 +41,7 @@ from .httpserver import HELD, HOLD, flush_held, flush_pending
 from .intake import Intake
 from .logs import CORE, Logger
 from .metrics import Histogram
-from .pacing import BLOCKING_SLEEP_MAX_S, COARSE_MARGIN_S, GRACE_FRACTION, GRACE_MAX_S, Evidence, gc_clock
+from .pacing import BLOCKING_SLEEP_MAX_S, COARSE_MARGIN_S, GRACE_FRACTION, GRACE_MAX_S, Evidence, loop_mark
 from .scheduler import Req, Stats, build_cost
 
 
@@ -251,7 +251,7 @@ class _Pace:
     __slots__ = ("blocked", "busy", "gather_until", "held", "mark", "plan_at", "short", "step")
 
     def __init__(self) -> None:
-        self.mark = _mark()  # wall, CPU, GC seconds at the rank's last write or idle: a slip's evidence line
+        self.mark = loop_mark()  # at the rank's last write or idle: for a slip's evidence line
         self.busy = False
         self.blocked = False
         self.plan_at = 0.0
@@ -261,10 +261,6 @@ class _Pace:
             None  # deadline, length, slip, emulated, events
         )
         self.held: list[Any] = []
-
-
-def _mark() -> tuple[float, float, float]:
-    return (time.perf_counter(), time.process_time(), gc_clock().seconds)
 
 
 # ---- the live engine -------------------------------------------------------------------------------
@@ -444,7 +440,7 @@ class DPEngine(Intake):
             return
         if k.idle():
             if p.busy:
-                p.mark = _mark()
+                p.mark = loop_mark()
             p.busy = False
             return
         if not p.busy:
@@ -503,7 +499,7 @@ class DPEngine(Intake):
         if k.dead:
             return
         k.last_step_wall = done
-        p.mark = _mark()
+        p.mark = loop_mark()
         late = wrote - deadline + slipped
         k.evidence.step(emulated, length, late, done - wrote, done, events)
         if k.last_first_tokens:
@@ -531,7 +527,7 @@ class DPEngine(Intake):
             ]
             if not deadlines and not plans:
                 flush_pending()
-                idle_from = _mark()
+                idle_from = loop_mark()
                 for p in self.pace:
                     p.mark = idle_from
                 self.wake.clear()

@@ -41,6 +41,7 @@ from .pacing import (
     GRACE_MAX_S,
     Evidence,
     gc_clock,
+    loop_mark,
     request_short_slice,
 )
 from .scheduler import Req, Scheduler, Sink, Stats
@@ -209,14 +210,13 @@ class Engine(Intake, Scheduler):
         ev = self.evidence
         busy = False
         short = 0.0  # wall length of the shorter of the last two steps: bounds the arrival wait
-        gcc = gc_clock()
-        mark = (perf(), time.process_time(), gcc.seconds)  # for a slip's evidence line
+        mark = loop_mark()  # for a slip's evidence line
         while True:
             if self.dead or self.hung or self.idle():
                 flush_pending()
                 busy = False
                 self.wake.clear()
-                mark = (perf(), time.process_time(), gcc.seconds)
+                mark = loop_mark()
                 await self.wake.wait()
                 continue
             if not busy:
@@ -277,7 +277,7 @@ class Engine(Intake, Scheduler):
             if self.dead:
                 continue
             self.last_step_wall = done
-            mark = (done, time.process_time(), gcc.seconds)
+            mark = loop_mark()
             # a slipped step was late by the slip too: the evidence counts lateness against the schedule
             late = wrote - deadline + slipped
             ev.step(c.total, length, late, done - wrote, done, len(decode) + len(prefill))

@@ -64,6 +64,12 @@ def gc_clock() -> GcClock:
     return _GC_CLOCK[0]
 
 
+def loop_mark() -> tuple[float, float, float]:
+    """Wall, process CPU and GC seconds now: where a step loop last wrote or went idle, so a slip's
+    evidence line can say how much of the slipped wall this process ran."""
+    return (time.perf_counter(), time.process_time(), gc_clock().seconds)
+
+
 class Evidence:
     """Counters the live loop keeps; /metrics exposes them as `enginesim:*`."""
 

@@ -368,13 +368,11 @@ class Conn(asyncio.Protocol):
             # cumulative text and ids) is scanned once, not once per piece.
             sbuf = kept + piece
             pos = len(kept) - 2 if len(kept) > 2 else 0
-            if b"\r" in piece or kept.endswith(b"\r"):
-                sbuf = sbuf.replace(b"\r\n", b"\n")
         else:
             sbuf = piece
             pos = 0
-            if b"\r" in piece:
-                sbuf = sbuf.replace(b"\r\n", b"\n")
+        if b"\r" in piece or kept.endswith(b"\r"):
+            sbuf = sbuf.replace(b"\r\n", b"\n")
         req = self.req
         find = sbuf.find
         startswith = sbuf.startswith
